@@ -1,0 +1,405 @@
+package proto
+
+import "tandemfs/internal/wire"
+
+// Metadata service operation codes.
+const (
+	OpLookup uint16 = 1 + iota
+	OpGetAttr
+	OpSetAttr
+	OpCreate
+	OpLink
+	OpUnlink
+	OpRename
+	OpReadDir
+	OpWriteInline
+	OpUninline
+	OpCommitWrite
+	OpGetXattr
+	OpSetXattr
+	OpListXattr
+	OpRemoveXattr
+	OpSetStripe
+	OpStatFs
+	OpRelease
+	OpClusterMap
+	OpRegisterServer
+	OpHeartbeat
+	OpSessionKeepalive
+	OpStatus
+)
+
+// Creds are the caller's identity, for permission checks and ownership.
+type Creds struct {
+	Uid, Gid uint32
+	Groups   []uint32
+}
+
+func (c *Creds) Encode(e *wire.Enc) {
+	e.U32(c.Uid)
+	e.U32(c.Gid)
+	e.U32s(c.Groups)
+}
+
+func (c *Creds) Decode(d *wire.Dec) {
+	c.Uid = d.U32()
+	c.Gid = d.U32()
+	c.Groups = d.U32s(256)
+}
+
+// LookupReq asks for the inode named Name in directory Parent.
+type LookupReq struct {
+	Parent uint64
+	Name   string
+}
+
+func (r *LookupReq) Encode(e *wire.Enc) { e.U64(r.Parent); e.String(r.Name) }
+func (r *LookupReq) Decode(d *wire.Dec) { r.Parent = d.U64(); r.Name = d.String(MaxName) }
+
+// InoReq names one inode (GetAttr, Uninline, Release, ListXattr).
+type InoReq struct {
+	Ino     uint64
+	Session uint64
+}
+
+func (r *InoReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.U64(r.Session) }
+func (r *InoReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Session = d.U64() }
+
+// SetAttr validity bits.
+const (
+	SetMode uint32 = 1 << iota
+	SetUid
+	SetGid
+	SetSize
+	SetAtime
+	SetMtime
+	SetAtimeNow
+	SetMtimeNow
+	SetCtime
+)
+
+// SetAttrReq changes the attributes selected by Valid. A size change here
+// only changes the metadata; the client trims storage chunks itself.
+type SetAttrReq struct {
+	Ino   uint64
+	Valid uint32
+	Mode  uint32
+	Uid   uint32
+	Gid   uint32
+	Size  uint64
+	Atime int64
+	Mtime int64
+	Ctime int64
+	Now   int64 // the client's clock, for *Now bits and ctime
+}
+
+func (r *SetAttrReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.U32(r.Valid)
+	e.U32(r.Mode)
+	e.U32(r.Uid)
+	e.U32(r.Gid)
+	e.U64(r.Size)
+	e.I64(r.Atime)
+	e.I64(r.Mtime)
+	e.I64(r.Ctime)
+	e.I64(r.Now)
+}
+
+func (r *SetAttrReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.Valid = d.U32()
+	r.Mode = d.U32()
+	r.Uid = d.U32()
+	r.Gid = d.U32()
+	r.Size = d.U64()
+	r.Atime = d.I64()
+	r.Mtime = d.I64()
+	r.Ctime = d.I64()
+	r.Now = d.I64()
+}
+
+// CreateReq makes a file, directory, symlink, device or fifo (by Mode's
+// type bits). Mode already has the umask applied.
+type CreateReq struct {
+	Parent uint64
+	Name   string
+	Mode   uint32
+	Rdev   uint32
+	Target string // symlinks only
+	Creds  Creds
+	Now    int64
+}
+
+func (r *CreateReq) Encode(e *wire.Enc) {
+	e.U64(r.Parent)
+	e.String(r.Name)
+	e.U32(r.Mode)
+	e.U32(r.Rdev)
+	e.String(r.Target)
+	r.Creds.Encode(e)
+	e.I64(r.Now)
+}
+
+func (r *CreateReq) Decode(d *wire.Dec) {
+	r.Parent = d.U64()
+	r.Name = d.String(MaxName)
+	r.Mode = d.U32()
+	r.Rdev = d.U32()
+	r.Target = d.String(MaxSymlink)
+	r.Creds.Decode(d)
+	r.Now = d.I64()
+}
+
+// LinkReq adds the name NewName in NewParent for inode Ino.
+type LinkReq struct {
+	Ino       uint64
+	NewParent uint64
+	NewName   string
+	Now       int64
+}
+
+func (r *LinkReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.U64(r.NewParent)
+	e.String(r.NewName)
+	e.I64(r.Now)
+}
+
+func (r *LinkReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.NewParent = d.U64()
+	r.NewName = d.String(MaxName)
+	r.Now = d.I64()
+}
+
+// UnlinkReq removes a name (Dir: rmdir semantics). When the inode's last
+// link goes and the client still has it open (Session != 0 and Open), the
+// inode is kept as an orphan until that session releases it.
+type UnlinkReq struct {
+	Parent  uint64
+	Name    string
+	Dir     bool
+	Open    bool
+	Session uint64
+	Now     int64
+}
+
+func (r *UnlinkReq) Encode(e *wire.Enc) {
+	e.U64(r.Parent)
+	e.String(r.Name)
+	e.Bool(r.Dir)
+	e.Bool(r.Open)
+	e.U64(r.Session)
+	e.I64(r.Now)
+}
+
+func (r *UnlinkReq) Decode(d *wire.Dec) {
+	r.Parent = d.U64()
+	r.Name = d.String(MaxName)
+	r.Dir = d.Bool()
+	r.Open = d.Bool()
+	r.Session = d.U64()
+	r.Now = d.I64()
+}
+
+// UnlinkReply says which inode lost a link and whether it is gone.
+type UnlinkReply struct {
+	Ino     uint64
+	Removed bool
+}
+
+func (r *UnlinkReply) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.Removed) }
+func (r *UnlinkReply) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Removed = d.Bool() }
+
+// Rename flags, as in renameat2(2).
+const (
+	RenameNoReplace uint32 = 1
+	RenameExchange  uint32 = 2
+)
+
+// RenameReq moves OldParent/OldName to NewParent/NewName atomically.
+type RenameReq struct {
+	OldParent uint64
+	OldName   string
+	NewParent uint64
+	NewName   string
+	Flags     uint32
+	Open      bool // the client has the replaced inode open
+	Session   uint64
+	Now       int64
+}
+
+func (r *RenameReq) Encode(e *wire.Enc) {
+	e.U64(r.OldParent)
+	e.String(r.OldName)
+	e.U64(r.NewParent)
+	e.String(r.NewName)
+	e.U32(r.Flags)
+	e.Bool(r.Open)
+	e.U64(r.Session)
+	e.I64(r.Now)
+}
+
+func (r *RenameReq) Decode(d *wire.Dec) {
+	r.OldParent = d.U64()
+	r.OldName = d.String(MaxName)
+	r.NewParent = d.U64()
+	r.NewName = d.String(MaxName)
+	r.Flags = d.U32()
+	r.Open = d.Bool()
+	r.Session = d.U64()
+	r.Now = d.I64()
+}
+
+// ReadDirReq lists up to Limit entries of directory Ino whose names sort
+// after After. With Plus, the reply carries each entry's inode too.
+type ReadDirReq struct {
+	Ino   uint64
+	After string
+	Limit uint32
+	Plus  bool
+}
+
+func (r *ReadDirReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.String(r.After)
+	e.U32(r.Limit)
+	e.Bool(r.Plus)
+}
+
+func (r *ReadDirReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.After = d.String(MaxName)
+	r.Limit = d.U32()
+	r.Plus = d.Bool()
+}
+
+// ReadDirReply holds entries in name order; Inodes is parallel to Entries
+// when the request had Plus. More is false at the end of the directory.
+type ReadDirReply struct {
+	Entries []DirEntry
+	Inodes  []Inode
+	More    bool
+}
+
+func (r *ReadDirReply) Encode(e *wire.Enc) {
+	e.U32(uint32(len(r.Entries)))
+	for i := range r.Entries {
+		e.String(r.Entries[i].Name)
+		e.U64(r.Entries[i].Ino)
+		e.U32(r.Entries[i].Mode)
+	}
+	e.U32(uint32(len(r.Inodes)))
+	for i := range r.Inodes {
+		r.Inodes[i].Encode(e)
+	}
+	e.Bool(r.More)
+}
+
+func (r *ReadDirReply) Decode(d *wire.Dec) {
+	n := d.Count(MaxList, 16)
+	r.Entries = make([]DirEntry, n)
+	for i := range r.Entries {
+		r.Entries[i].Name = d.String(MaxName)
+		r.Entries[i].Ino = d.U64()
+		r.Entries[i].Mode = d.U32()
+	}
+	n = d.Count(MaxList, 64)
+	r.Inodes = make([]Inode, n)
+	for i := range r.Inodes {
+		r.Inodes[i].Decode(d)
+	}
+	r.More = d.Bool()
+}
+
+// WriteInlineReq writes Data at Off into an inline file, or with Truncate
+// first sets the inline content to exactly Data.
+type WriteInlineReq struct {
+	Ino      uint64
+	Off      uint64
+	Data     []byte
+	Truncate bool
+	Now      int64
+}
+
+func (r *WriteInlineReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.U64(r.Off)
+	e.Bytes(r.Data)
+	e.Bool(r.Truncate)
+	e.I64(r.Now)
+}
+
+func (r *WriteInlineReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.Off = d.U64()
+	r.Data = d.Bytes(MaxInline)
+	r.Truncate = d.Bool()
+	r.Now = d.I64()
+}
+
+// CommitWriteReq records that data up to Size was written to targets at
+// time Mtime: the file grows to Size if smaller, and mtime/ctime move.
+type CommitWriteReq struct {
+	Ino   uint64
+	Size  uint64
+	Mtime int64
+}
+
+func (r *CommitWriteReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.U64(r.Size); e.I64(r.Mtime) }
+func (r *CommitWriteReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Size = d.U64(); r.Mtime = d.I64() }
+
+// Xattr flags, as in setxattr(2).
+const (
+	XattrCreate  uint32 = 1
+	XattrReplace uint32 = 2
+)
+
+// XattrReq addresses one extended attribute (get, set, remove).
+type XattrReq struct {
+	Ino   uint64
+	Name  string
+	Value []byte
+	Flags uint32
+	Now   int64
+}
+
+func (r *XattrReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.String(r.Name)
+	e.Bytes(r.Value)
+	e.U32(r.Flags)
+	e.I64(r.Now)
+}
+
+func (r *XattrReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.Name = d.String(MaxXattrName)
+	r.Value = d.Bytes(MaxXattrVal)
+	r.Flags = d.U32()
+	r.Now = d.I64()
+}
+
+// SetStripeReq sets the pattern new files in directory Ino will get.
+type SetStripeReq struct {
+	Ino    uint64
+	Stripe Stripe
+}
+
+func (r *SetStripeReq) Encode(e *wire.Enc) { e.U64(r.Ino); r.Stripe.Encode(e) }
+func (r *SetStripeReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Stripe.Decode(d) }
+
+// StatFsReply is the file system's capacity, summed over targets.
+type StatFsReply struct {
+	TotalBytes uint64
+	FreeBytes  uint64
+	Inodes     uint64
+}
+
+func (r *StatFsReply) Encode(e *wire.Enc) { e.U64(r.TotalBytes); e.U64(r.FreeBytes); e.U64(r.Inodes) }
+func (r *StatFsReply) Decode(d *wire.Dec) {
+	r.TotalBytes = d.U64()
+	r.FreeBytes = d.U64()
+	r.Inodes = d.U64()
+}

@@ -1,0 +1,124 @@
+// Package proto defines the messages TandemFS services exchange: the
+// operation codes, the request and reply structures, and their binary
+// encoding (package wire). Metadata operations go to the metadata service,
+// chunk operations to storage services.
+package proto
+
+import "tandemfs/internal/wire"
+
+// Limits enforced by decoders, so a forged length is refused early.
+const (
+	MaxName      = 255      // bytes in one directory entry name (NAME_MAX)
+	MaxSymlink   = 4095     // bytes in a symlink target (PATH_MAX-1)
+	MaxXattrName = 255      // XATTR_NAME_MAX
+	MaxXattrVal  = 64 << 10 // XATTR_SIZE_MAX
+	MaxInline    = 64 << 10 // largest configurable inline file
+	MaxData      = 4 << 20  // bytes in one chunk read or write
+	MaxList      = 1 << 16  // entries in one list reply
+	MaxChains    = 4096     // chains in one layout
+)
+
+// RootIno is the inode number of the root directory (FUSE's root node id).
+const RootIno = 1
+
+// Attr is what stat(2) shows of an inode.
+type Attr struct {
+	Ino   uint64
+	Mode  uint32 // file type bits (S_IFMT) and permissions
+	Nlink uint32
+	Uid   uint32
+	Gid   uint32
+	Rdev  uint32
+	Size  uint64
+	Atime int64 // nanoseconds since the Unix epoch
+	Mtime int64
+	Ctime int64
+}
+
+func (a *Attr) Encode(e *wire.Enc) {
+	e.U64(a.Ino)
+	e.U32(a.Mode)
+	e.U32(a.Nlink)
+	e.U32(a.Uid)
+	e.U32(a.Gid)
+	e.U32(a.Rdev)
+	e.U64(a.Size)
+	e.I64(a.Atime)
+	e.I64(a.Mtime)
+	e.I64(a.Ctime)
+}
+
+func (a *Attr) Decode(d *wire.Dec) {
+	a.Ino = d.U64()
+	a.Mode = d.U32()
+	a.Nlink = d.U32()
+	a.Uid = d.U32()
+	a.Gid = d.U32()
+	a.Rdev = d.U32()
+	a.Size = d.U64()
+	a.Atime = d.I64()
+	a.Mtime = d.I64()
+	a.Ctime = d.I64()
+}
+
+// Stripe is a striping pattern: files are cut into ChunkSize pieces and
+// chunk i is stored on the i mod Count'th chain of the file's layout.
+type Stripe struct {
+	ChunkSize uint32
+	Count     uint32
+	// Replicas is the number of targets per chain (1 for now).
+	Replicas uint32
+}
+
+func (s *Stripe) Encode(e *wire.Enc) {
+	e.U32(s.ChunkSize)
+	e.U32(s.Count)
+	e.U32(s.Replicas)
+}
+
+func (s *Stripe) Decode(d *wire.Dec) {
+	s.ChunkSize = d.U32()
+	s.Count = d.U32()
+	s.Replicas = d.U32()
+}
+
+// Inode is an inode record as clients see it.
+type Inode struct {
+	Attr
+	// Stripe is the pattern of a file's layout, or the pattern a directory
+	// gives new files (zero: inherit the parent's).
+	Stripe Stripe
+	// Chains are the chains holding a regular file's chunks.
+	Chains []uint32
+	// Inline is true while a regular file's bytes live in the inode
+	// (InlineData) instead of on storage targets.
+	Inline     bool
+	InlineData []byte
+	// Target is a symlink's target.
+	Target string
+}
+
+func (n *Inode) Encode(e *wire.Enc) {
+	n.Attr.Encode(e)
+	n.Stripe.Encode(e)
+	e.U32s(n.Chains)
+	e.Bool(n.Inline)
+	e.Bytes(n.InlineData)
+	e.String(n.Target)
+}
+
+func (n *Inode) Decode(d *wire.Dec) {
+	n.Attr.Decode(d)
+	n.Stripe.Decode(d)
+	n.Chains = d.U32s(MaxChains)
+	n.Inline = d.Bool()
+	n.InlineData = append([]byte(nil), d.Bytes(MaxInline)...)
+	n.Target = d.String(MaxSymlink)
+}
+
+// DirEntry is one name in a directory listing.
+type DirEntry struct {
+	Name string
+	Ino  uint64
+	Mode uint32 // file type bits only
+}

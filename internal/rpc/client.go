@@ -1,0 +1,165 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/wire"
+)
+
+// Common errnos, re-exported so callers need not import syscall for them.
+const (
+	EIO     = syscall.EIO
+	EBADMSG = syscall.EBADMSG
+)
+
+// Client calls one server over a pool of authenticated connections. Each
+// connection carries one call at a time; concurrent calls use more
+// connections, up to MaxIdle of which are kept open between calls.
+type Client struct {
+	Addr        string
+	Secret      Secret
+	DialTimeout time.Duration // default 3 s
+	CallTimeout time.Duration // default 60 s; 0 keeps the default
+	MaxIdle     int           // default 16
+
+	mu     sync.Mutex
+	idle   []*conn
+	closed bool
+}
+
+type conn struct {
+	net.Conn
+	buf []byte
+}
+
+// NewClient returns a client for addr.
+func NewClient(addr string, secret Secret) *Client {
+	return &Client{Addr: addr, Secret: secret}
+}
+
+func (c *Client) get() (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, &NetError{c.Addr, net.ErrClosed}
+	}
+	if n := len(c.idle); n > 0 {
+		cn := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	dt := c.DialTimeout
+	if dt == 0 {
+		dt = 3 * time.Second
+	}
+	nc, err := net.DialTimeout("tcp", c.Addr, dt)
+	if err != nil {
+		return nil, &NetError{c.Addr, err}
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if err := clientHandshake(nc, c.Secret); err != nil {
+		nc.Close()
+		if errors.Is(err, ErrAuth) {
+			return nil, err
+		}
+		return nil, &NetError{c.Addr, err}
+	}
+	return &conn{Conn: nc, buf: make([]byte, 0, 64<<10)}, nil
+}
+
+func (c *Client) put(cn *conn) {
+	max := c.MaxIdle
+	if max == 0 {
+		max = 16
+	}
+	if cap(cn.buf) > 8<<20 {
+		cn.buf = make([]byte, 0, 64<<10)
+	}
+	c.mu.Lock()
+	if !c.closed && len(c.idle) < max {
+		c.idle = append(c.idle, cn)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	cn.Close()
+}
+
+// Close closes idle connections and makes later calls fail.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cn := range idle {
+		cn.Close()
+	}
+}
+
+// Call sends request op with the payload written by enc and passes the
+// reply payload to dec (which may be nil). Slices the reply decoder sees are
+// valid only during dec. A transport failure returns a *NetError; an error
+// reply returns an *Error.
+func (c *Client) Call(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
+	cn, err := c.get()
+	if err != nil {
+		return err
+	}
+	ct := c.CallTimeout
+	if ct == 0 {
+		ct = 60 * time.Second
+	}
+	cn.SetDeadline(time.Now().Add(ct))
+	b := frameStart(cn.buf)
+	b = binary.LittleEndian.AppendUint16(b, op)
+	e := &wire.Enc{B: b}
+	if enc != nil {
+		enc(e)
+	}
+	if err := frameEnd(e.B); err != nil {
+		cn.buf = e.B
+		c.put(cn)
+		return &Error{Errno: syscall.EINVAL, Msg: err.Error()}
+	}
+	if _, err := cn.Write(e.B); err != nil {
+		cn.Close()
+		return &NetError{c.Addr, err}
+	}
+	in, err := readFrame(cn, e.B)
+	cn.buf = in
+	if err != nil {
+		cn.Close()
+		return &NetError{c.Addr, err}
+	}
+	if len(in) < respHeader {
+		cn.Close()
+		return &NetError{c.Addr, errors.New("reply frame without header")}
+	}
+	if errno := binary.LittleEndian.Uint32(in); errno != 0 {
+		err := &Error{Errno: syscall.Errno(errno), Msg: string(in[respHeader:])}
+		c.put(cn)
+		return err
+	}
+	if dec != nil {
+		d := wire.NewDec(in[respHeader:])
+		err = dec(d)
+		if err == nil {
+			err = d.Finish()
+		}
+		if err != nil {
+			err = &Error{Errno: syscall.EBADMSG, Msg: "bad reply from " + c.Addr + ": " + err.Error()}
+		}
+	}
+	c.put(cn)
+	return err
+}

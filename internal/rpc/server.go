@@ -1,0 +1,186 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"sync"
+
+	"tandemfs/internal/wire"
+)
+
+// HandlerFunc serves one request. It decodes req (and must consume all of
+// it), appends its reply to resp, and returns nil; or returns an error,
+// which is sent to the caller as an errno and message. Byte slices taken
+// from req are valid only until the handler returns.
+type HandlerFunc func(op uint16, req *wire.Dec, resp *wire.Enc) error
+
+// Server accepts authenticated connections and serves requests on each one
+// in order, one goroutine per connection.
+type Server struct {
+	Name    string // for log lines, e.g. "meta" or "storage"
+	Secret  Secret
+	Handler HandlerFunc
+	Logf    func(format string, args ...any)
+
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+		return
+	}
+	log.Printf(s.Name+": "+format, args...)
+}
+
+// Serve accepts connections on ln until Close is called.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	s.ln = ln
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops accepting, closes every connection and waits for handlers.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if err := serverHandshake(c, s.Secret); err != nil {
+		s.logf("refused connection from %s: %v", c.RemoteAddr(), err)
+		return
+	}
+	var in []byte
+	out := make([]byte, 0, 64<<10)
+	for {
+		var err error
+		in, err = readFrame(c, in)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.logf("connection from %s: %v", c.RemoteAddr(), err)
+			}
+			return
+		}
+		out = s.handle(in, out)
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+		if cap(out) > 8<<20 {
+			out = make([]byte, 0, 64<<10) // do not pin huge buffers
+		}
+	}
+}
+
+// handle runs one request frame and returns the reply frame.
+func (s *Server) handle(in, out []byte) []byte {
+	out = frameStart(out)
+	out = append(out, 0, 0, 0, 0) // errno, filled in below
+	if len(in) < reqHeader {
+		return s.errorReply(out, Errorf(EBADMSG, "request frame of %d bytes has no header", len(in)))
+	}
+	op := binary.LittleEndian.Uint16(in)
+	enc := &wire.Enc{B: out}
+	err := s.safeHandle(op, wire.NewDec(in[reqHeader:]), enc)
+	if err != nil {
+		return s.errorReply(out, err)
+	}
+	out = enc.B
+	if err := frameEnd(out); err != nil {
+		return s.errorReply(out[:lenBytes+respHeader], err)
+	}
+	return out
+}
+
+// safeHandle turns a handler panic into an error reply: one bad request
+// must not take the whole server down.
+func (s *Server) safeHandle(op uint16, d *wire.Dec, e *wire.Enc) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.logf("panic serving op %d: %v", op, r)
+			err = Errorf(EIO, "internal error serving op %d", op)
+		}
+	}()
+	return s.Handler(op, d, e)
+}
+
+func (s *Server) errorReply(out []byte, err error) []byte {
+	out = out[:lenBytes+respHeader]
+	errno := ErrnoOf(err)
+	var we *wireErr
+	if errors.As(err, &we) {
+		errno = EBADMSG
+	}
+	binary.LittleEndian.PutUint32(out[lenBytes:], uint32(errno))
+	msg := err.Error()
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	out = append(out, msg...)
+	frameEnd(out)
+	return out
+}
+
+type wireErr struct{ error }
+
+// BadRequest marks a decoding failure so it is answered with EBADMSG.
+func BadRequest(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &wireErr{err}
+}
