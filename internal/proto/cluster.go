@@ -37,13 +37,16 @@ type Chain struct {
 // ClusterMap is the part of the cluster state clients need to route I/O.
 type ClusterMap struct {
 	Version uint64
-	Servers []Server
-	Targets []Target
-	Chains  []Chain
+	// InlineLimit is the largest file kept inline in its inode.
+	InlineLimit uint32
+	Servers     []Server
+	Targets     []Target
+	Chains      []Chain
 }
 
 func (m *ClusterMap) Encode(e *wire.Enc) {
 	e.U64(m.Version)
+	e.U32(m.InlineLimit)
 	e.U32(uint32(len(m.Servers)))
 	for _, s := range m.Servers {
 		e.U32(s.ID)
@@ -64,6 +67,7 @@ func (m *ClusterMap) Encode(e *wire.Enc) {
 
 func (m *ClusterMap) Decode(d *wire.Dec) {
 	m.Version = d.U64()
+	m.InlineLimit = d.U32()
 	m.Servers = make([]Server, d.Count(MaxList, 12))
 	for i := range m.Servers {
 		m.Servers[i].ID = d.U32()

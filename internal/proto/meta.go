@@ -339,6 +339,18 @@ func (r *WriteInlineReq) Decode(d *wire.Dec) {
 	r.Now = d.I64()
 }
 
+// UninlineReq moves an inline file to storage targets in two steps: with
+// AssignOnly the file gets chains (if it has none) and stays inline; the
+// client then writes the inline bytes to those chains and sends the request
+// again without AssignOnly, which drops the inline copy.
+type UninlineReq struct {
+	Ino        uint64
+	AssignOnly bool
+}
+
+func (r *UninlineReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.AssignOnly) }
+func (r *UninlineReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.AssignOnly = d.Bool() }
+
 // CommitWriteReq records that data up to Size was written to targets at
 // time Mtime: the file grows to Size if smaller, and mtime/ctime move.
 type CommitWriteReq struct {

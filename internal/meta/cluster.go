@@ -1,0 +1,183 @@
+package meta
+
+import (
+	"sort"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// The cluster map (servers, targets, chains) lives in the same state
+// machine as the namespace, so a file's layout and the chains it names are
+// always consistent. Capacity and liveness change every heartbeat and are
+// kept in memory on the leader only (see liveness.go).
+
+func loadServers(r reader) ([]proto.Server, error) {
+	var out []proto.Server
+	err := scan(r, prefixServer, func(v []byte) error {
+		s, err := unmarshalServer(v)
+		out = append(out, s)
+		return err
+	})
+	return out, err
+}
+
+func loadTargets(r reader) ([]proto.Target, error) {
+	var out []proto.Target
+	err := scan(r, prefixTarget, func(v []byte) error {
+		t, err := unmarshalTarget(v)
+		out = append(out, t)
+		return err
+	})
+	return out, err
+}
+
+func loadChains(r reader) ([]proto.Chain, error) {
+	var out []proto.Chain
+	err := scan(r, prefixChain, func(v []byte) error {
+		c, err := unmarshalChain(v)
+		out = append(out, c)
+		return err
+	})
+	return out, err
+}
+
+func scan(r reader, prefix []byte, fn func(v []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(it.Value()); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+func (t *tx) counter(key []byte) (uint32, error) {
+	v, ok, err := get(t.b, key)
+	if err != nil {
+		return 0, err
+	}
+	n := uint64(1)
+	if ok {
+		n = decodeU64(v)
+	}
+	t.b.Set(key, u64Bytes(n+1), nil)
+	return uint32(n), nil
+}
+
+func (t *tx) bumpMapVersion() error {
+	_, err := t.counter(keyMapVersion)
+	return err
+}
+
+// registerServer records a storage server and its targets. It is
+// idempotent: known UUIDs keep their IDs, so a restarted server finds its
+// targets (and the chunks on them) where the layouts expect them.
+func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
+	if r.UUID == "" || r.Addr == "" {
+		return rpc.Errorf(syscall.EINVAL, "server registration needs a UUID and an address")
+	}
+	servers, err := loadServers(t.b)
+	if err != nil {
+		return err
+	}
+	targets, err := loadTargets(t.b)
+	if err != nil {
+		return err
+	}
+	var srv *proto.Server
+	for i := range servers {
+		if servers[i].UUID == r.UUID {
+			srv = &servers[i]
+		}
+	}
+	if srv == nil {
+		id, err := t.counter(keyNextServer)
+		if err != nil {
+			return err
+		}
+		srv = &proto.Server{ID: id, UUID: r.UUID}
+	}
+	srv.Addr = r.Addr
+	t.b.Set(u32Key(prefixServer, srv.ID), marshalServer(srv), nil)
+	reply := proto.RegisterServerReply{ServerID: srv.ID}
+	for _, ti := range r.Targets {
+		var tg *proto.Target
+		for i := range targets {
+			if targets[i].UUID == ti.UUID {
+				tg = &targets[i]
+			}
+		}
+		if tg == nil {
+			id, err := t.counter(keyNextTarget)
+			if err != nil {
+				return err
+			}
+			tg = &proto.Target{ID: id, UUID: ti.UUID}
+			// One chain per target while chains have a single replica.
+			c := proto.Chain{ID: id, Version: 1, Targets: []uint32{id}}
+			t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
+		}
+		tg.Server = srv.ID
+		tg.Path = ti.Path
+		tg.TotalBytes, tg.FreeBytes = ti.TotalBytes, ti.FreeBytes
+		t.b.Set(u32Key(prefixTarget, tg.ID), marshalTarget(tg), nil)
+		reply.TargetIDs = append(reply.TargetIDs, tg.ID)
+	}
+	if err := t.bumpMapVersion(); err != nil {
+		return err
+	}
+	t.onCommit(t.f.reloadChains)
+	reply.Encode(out)
+	return nil
+}
+
+// reloadChains refreshes the in-memory list of chains new files are
+// striped over.
+func (f *FSM) reloadChains() {
+	chains, err := loadChains(f.db)
+	if err != nil {
+		f.logf("loading chains: %v", err)
+		return
+	}
+	ids := make([]uint32, len(chains))
+	for i, c := range chains {
+		ids[i] = c.ID
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	f.chainsMu.Lock()
+	f.chainIDs = ids
+	f.chainsMu.Unlock()
+}
+
+// pickChains chooses the chains of a new file: Count consecutive chains
+// starting at a position that rotates with the inode number, so that files
+// spread evenly over the targets. It depends only on replicated state, so
+// every replica picks the same.
+func (f *FSM) pickChains(ino uint64, s proto.Stripe) []uint32 {
+	f.chainsMu.Lock()
+	ids := f.chainIDs
+	f.chainsMu.Unlock()
+	n := len(ids)
+	if n == 0 {
+		return nil
+	}
+	count := int(s.Count)
+	if count <= 0 || count > n {
+		count = n
+	}
+	out := make([]uint32, count)
+	start := int(ino % uint64(n))
+	for i := range out {
+		out[i] = ids[(start+i)%n]
+	}
+	return out
+}

@@ -1,0 +1,307 @@
+package meta
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Internal commands: proposed by the metadata service itself, never by
+// clients.
+const (
+	opInitRoot uint16 = 200 + iota
+	opGCDone
+)
+
+// FSM is the metadata state machine. Raft hands it committed commands in
+// log order; each command is applied to Pebble in one atomic batch together
+// with the log index it came from.
+//
+// Durability comes from the Raft log, which is fsynced before a command is
+// applied, so batches are committed to Pebble without fsync. After a crash
+// Pebble may miss the newest commands; on start Raft replays the log from
+// its last snapshot, and Apply skips entries at or below the index Pebble
+// recorded, so every command takes effect exactly once.
+type FSM struct {
+	db      *pebble.DB
+	applied uint64
+	logf    func(format string, args ...any)
+
+	inlineLimit uint32
+
+	chainsMu sync.Mutex
+	chainIDs []uint32
+}
+
+// result is what Apply returns through the raft future.
+type result struct {
+	reply []byte
+	err   error
+}
+
+// OpenFSM opens (or creates) the state machine's Pebble store in dir.
+func OpenFSM(dir string, logf func(string, ...any)) (*FSM, error) {
+	if logf == nil {
+		logf = log.Printf
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{logf}})
+	if err != nil {
+		return nil, fmt.Errorf("opening metadata store %s: %w", dir, err)
+	}
+	f := &FSM{db: db, logf: logf}
+	if err := f.loadState(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *FSM) loadState() error {
+	v, _, err := get(f.db, keyApplied)
+	if err != nil {
+		return err
+	}
+	f.applied = decodeU64(v)
+	v, _, err = get(f.db, keyInlineLimit)
+	if err != nil {
+		return err
+	}
+	f.inlineLimit = uint32(decodeU64(v))
+	f.reloadChains()
+	return nil
+}
+
+// Close closes the store.
+func (f *FSM) Close() error { return f.db.Close() }
+
+// DB exposes the store to the read path of the service.
+func (f *FSM) DB() *pebble.DB { return f.db }
+
+// encodeCommand builds a log entry: op, the leader's clock, payload.
+func encodeCommand(op uint16, now int64, payload func(*wire.Enc)) []byte {
+	e := wire.NewEnc(make([]byte, 0, 128))
+	e.U16(op)
+	e.I64(now)
+	payload(e)
+	return e.B
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	if l.Index <= f.applied {
+		return &result{err: rpc.Errorf(syscall.EALREADY, "log entry %d already applied", l.Index)}
+	}
+	d := wire.NewDec(l.Data)
+	op, now := d.U16(), d.I64()
+	t := &tx{f: f, b: f.db.NewIndexedBatch(), now: now}
+	defer t.b.Close()
+	out := wire.NewEnc(nil)
+	err := f.dispatch(t, op, d, out)
+	if err == nil {
+		err = d.Finish()
+	}
+	f.applied = l.Index
+	if err != nil {
+		return &result{err: err}
+	}
+	t.b.Set(keyApplied, u64Bytes(l.Index), nil)
+	if err := t.b.Commit(pebble.NoSync); err != nil {
+		// The store is broken; continuing would diverge from the log.
+		panic(fmt.Sprintf("metadata store commit failed at index %d: %v", l.Index, err))
+	}
+	for _, fn := range t.after {
+		fn()
+	}
+	return &result{reply: out.B}
+}
+
+func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
+	switch op {
+	case proto.OpCreate:
+		var r proto.CreateReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.create(&r, out) })
+	case proto.OpLink:
+		var r proto.LinkReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.link(&r, out) })
+	case proto.OpUnlink:
+		var r proto.UnlinkReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.unlink(&r, out) })
+	case proto.OpRename:
+		var r proto.RenameReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.rename(&r) })
+	case proto.OpSetAttr:
+		var r proto.SetAttrReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.setAttr(&r, out) })
+	case proto.OpWriteInline:
+		var r proto.WriteInlineReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.writeInline(&r, out) })
+	case proto.OpUninline:
+		var r proto.UninlineReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.uninline(&r, out) })
+	case proto.OpCommitWrite:
+		var r proto.CommitWriteReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.commitWrite(&r, out) })
+	case proto.OpSetXattr:
+		var r proto.XattrReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.setXattr(&r) })
+	case proto.OpRemoveXattr:
+		var r proto.XattrReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.removeXattr(&r) })
+	case proto.OpSetStripe:
+		var r proto.SetStripeReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.setStripe(&r) })
+	case proto.OpRelease:
+		var r proto.InoReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.release(&r) })
+	case proto.OpRegisterServer:
+		var r proto.RegisterServerReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.registerServer(&r, out) })
+	case opInitRoot:
+		var r initReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.initRoot(&r) })
+	case opGCDone:
+		ino := d.U64()
+		return decoded(d, func() error { return t.gcDone(ino) })
+	}
+	return rpc.Errorf(syscall.ENOSYS, "unknown metadata command %d", op)
+}
+
+// decoded runs fn only if the command decoded cleanly.
+func decoded(d *wire.Dec, fn func() error) error {
+	if err := d.Finish(); err != nil {
+		return rpc.BadRequest(err)
+	}
+	return fn()
+}
+
+// Snapshot implements raft.FSM. It first makes everything applied so far
+// durable, so that Raft may drop log entries up to the snapshot's index
+// without Pebble ever being behind what the remaining log can replay.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.db.LogData(nil, pebble.Sync); err != nil {
+		return nil, fmt.Errorf("syncing metadata store for snapshot: %w", err)
+	}
+	return &fsmSnapshot{snap: f.db.NewSnapshot()}, nil
+}
+
+type fsmSnapshot struct{ snap *pebble.Snapshot }
+
+// Persist writes every key and value as (u32 len, key, u32 len, value).
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	err := func() error {
+		it, err := s.snap.NewIter(nil)
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		w := bufio.NewWriterSize(sink, 1<<20)
+		var hdr [4]byte
+		for ok := it.First(); ok; ok = it.Next() {
+			for _, b := range [][]byte{it.Key(), it.Value()} {
+				binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+				w.Write(hdr[:])
+				w.Write(b)
+			}
+		}
+		if err := it.Error(); err != nil {
+			return err
+		}
+		return w.Flush()
+	}()
+	if err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() { s.snap.Close() }
+
+// Restore implements raft.FSM: it replaces the whole store with a snapshot
+// (a replica that fell too far behind is brought up to date this way).
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, pebble.NoSync); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(rc, 1<<20)
+	b := f.db.NewBatch()
+	readField := func() ([]byte, error) {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return nil, err
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > 64<<20 {
+			return nil, fmt.Errorf("snapshot field of %d bytes", n)
+		}
+		buf := make([]byte, n)
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	for {
+		k, err := readField()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading snapshot: %w", err)
+		}
+		v, err := readField()
+		if err != nil {
+			return fmt.Errorf("reading snapshot: %w", err)
+		}
+		b.Set(k, v, nil)
+		if b.Len() > 16<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return err
+			}
+			b = f.db.NewBatch()
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	return f.loadState()
+}
+
+// quietLogger routes Pebble's informational chatter away from the service
+// log; errors and fatal messages still appear.
+type quietLogger struct{ logf func(string, ...any) }
+
+func (quietLogger) Infof(format string, args ...any) {}
+func (l quietLogger) Errorf(format string, args ...any) {
+	l.logf("pebble: "+format, args...)
+}
+func (l quietLogger) Fatalf(format string, args ...any) {
+	l.logf("pebble fatal: "+format, args...)
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,145 @@
+package meta
+
+import (
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/wire"
+)
+
+// gcLoop deletes the chunks of removed files. Removal commits a garbage
+// record in the same command that drops the inode, so nothing is leaked if
+// the service restarts; the record goes once every target confirmed.
+func (s *Service) gcLoop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.collectGarbage(256)
+		}
+	}
+}
+
+type garbage struct {
+	ino    uint64
+	chains []uint32
+}
+
+func (s *Service) collectGarbage(max int) {
+	var todo []garbage
+	prefix := []byte{pGarbage}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return
+	}
+	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
+		todo = append(todo, garbage{decodeU64(it.Key()[1:]), decodeChains(it.Value())})
+	}
+	it.Close()
+	if len(todo) == 0 {
+		return
+	}
+	m, err := s.clusterMap()
+	if err != nil {
+		return
+	}
+	for _, g := range todo {
+		if s.deleteChunks(m, g) {
+			ino := g.ino
+			if _, err := s.propose(opGCDone, func(e *wire.Enc) { e.U64(ino) }); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// deleteChunks asks every target of the file's chains to delete its
+// chunks; it reports whether all of them confirmed.
+func (s *Service) deleteChunks(m *proto.ClusterMap, g garbage) bool {
+	ok := true
+	for _, cid := range g.chains {
+		for _, tid := range chainTargets(m, cid) {
+			addr := serverAddrOfTarget(m, tid)
+			if addr == "" {
+				continue // target no longer exists: nothing to delete
+			}
+			req := proto.ChunkDeleteReq{Target: tid, Ino: g.ino}
+			err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil)
+			if err != nil && !errors.Is(err, syscall.ENOENT) {
+				ok = false
+			}
+		}
+	}
+	return ok
+}
+
+func chainTargets(m *proto.ClusterMap, id uint32) []uint32 {
+	for _, c := range m.Chains {
+		if c.ID == id {
+			return c.Targets
+		}
+	}
+	return nil
+}
+
+func serverAddrOfTarget(m *proto.ClusterMap, tid uint32) string {
+	for _, t := range m.Targets {
+		if t.ID != tid {
+			continue
+		}
+		for _, srv := range m.Servers {
+			if srv.ID == t.Server {
+				return srv.Addr
+			}
+		}
+	}
+	return ""
+}
+
+// orphanLoop deletes files that were unlinked while open by a client
+// session that has since gone silent (a client that crashed never sends
+// the release).
+func (s *Service) orphanLoop() {
+	tick := time.NewTicker(s.cfg.SessionTimeout / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.sweepOrphans()
+		}
+	}
+}
+
+func (s *Service) sweepOrphans() {
+	if time.Since(s.start) < s.cfg.SessionTimeout {
+		return // give clients time to reconnect after a restart
+	}
+	prefix := []byte{pOrphan}
+	var expired []uint64
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		seen, known := s.sessions.lastSeen(decodeU64(it.Value()))
+		if !known || time.Since(seen) > s.cfg.SessionTimeout {
+			expired = append(expired, decodeU64(it.Key()[1:]))
+		}
+	}
+	it.Close()
+	for _, ino := range expired {
+		r := proto.InoReq{Ino: ino}
+		if _, err := s.propose(proto.OpRelease, r.Encode); err != nil {
+			return
+		}
+	}
+}

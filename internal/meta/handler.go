@@ -1,0 +1,277 @@
+package meta
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// decoder is any request message.
+type decoder interface{ Decode(*wire.Dec) }
+
+// mutations maps each state-changing operation to its request type. The
+// handler decodes a request once to refuse malformed ones before they reach
+// the Raft log; the state machine decodes it again when applying.
+var mutations = map[uint16]func() decoder{
+	proto.OpCreate:         func() decoder { return &proto.CreateReq{} },
+	proto.OpLink:           func() decoder { return &proto.LinkReq{} },
+	proto.OpUnlink:         func() decoder { return &proto.UnlinkReq{} },
+	proto.OpRename:         func() decoder { return &proto.RenameReq{} },
+	proto.OpSetAttr:        func() decoder { return &proto.SetAttrReq{} },
+	proto.OpWriteInline:    func() decoder { return &proto.WriteInlineReq{} },
+	proto.OpUninline:       func() decoder { return &proto.UninlineReq{} },
+	proto.OpCommitWrite:    func() decoder { return &proto.CommitWriteReq{} },
+	proto.OpSetXattr:       func() decoder { return &proto.XattrReq{} },
+	proto.OpRemoveXattr:    func() decoder { return &proto.XattrReq{} },
+	proto.OpSetStripe:      func() decoder { return &proto.SetStripeReq{} },
+	proto.OpRelease:        func() decoder { return &proto.InoReq{} },
+	proto.OpRegisterServer: func() decoder { return &proto.RegisterServerReq{} },
+}
+
+func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
+	if s.node.raft.State() != raft.Leader {
+		return rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader (leader: %s)", s.cfg.ID, s.node.raft.Leader())
+	}
+	if mk, ok := mutations[op]; ok {
+		payload := d.Rest()
+		mk().Decode(d)
+		if err := d.Finish(); err != nil {
+			return rpc.BadRequest(err)
+		}
+		reply, err := s.propose(op, func(e *wire.Enc) { e.B = append(e.B, payload...) })
+		if err != nil {
+			return err
+		}
+		out.B = append(out.B, reply...)
+		return nil
+	}
+	switch op {
+	case proto.OpLookup:
+		var r proto.LookupReq
+		return read(d, &r, func() error { return s.lookup(&r, out) })
+	case proto.OpGetAttr:
+		var r proto.InoReq
+		return read(d, &r, func() error { return s.getAttr(&r, out) })
+	case proto.OpReadDir:
+		var r proto.ReadDirReq
+		return read(d, &r, func() error { return s.readDir(&r, out) })
+	case proto.OpGetXattr:
+		var r proto.XattrReq
+		return read(d, &r, func() error { return s.getXattr(&r, out) })
+	case proto.OpListXattr:
+		var r proto.InoReq
+		return read(d, &r, func() error { return s.listXattr(&r, out) })
+	case proto.OpStatFs:
+		return read(d, nil, func() error { return s.statFs(out) })
+	case proto.OpClusterMap:
+		return read(d, nil, func() error {
+			m, err := s.clusterMap()
+			if err == nil {
+				m.Encode(out)
+			}
+			return err
+		})
+	case proto.OpStatus:
+		return read(d, nil, func() error { return s.status(out) })
+	case proto.OpHeartbeat:
+		var r proto.HeartbeatReq
+		return read(d, &r, func() error { s.live.heartbeat(&r); return nil })
+	case proto.OpSessionKeepalive:
+		var r proto.InoReq
+		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })
+	}
+	return rpc.Errorf(syscall.ENOSYS, "unknown metadata operation %d", op)
+}
+
+// read decodes a request (msg may be nil for requests without a body),
+// refusing trailing bytes, and then serves it.
+func read(d *wire.Dec, msg decoder, serve func() error) error {
+	if msg != nil {
+		msg.Decode(d)
+	}
+	if err := d.Finish(); err != nil {
+		return rpc.BadRequest(err)
+	}
+	return serve()
+}
+
+func (s *Service) lookup(r *proto.LookupReq, out *wire.Enc) error {
+	db := s.fsm.db
+	if _, err := loadDir(db, r.Parent); err != nil {
+		return err
+	}
+	ino, _, found, err := lookupEntry(db, r.Parent, r.Name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return rpc.Errorf(syscall.ENOENT, "%q not found", r.Name)
+	}
+	n, err := loadInode(db, ino)
+	if err != nil {
+		return err
+	}
+	n.Inode.Encode(out)
+	return nil
+}
+
+func (s *Service) getAttr(r *proto.InoReq, out *wire.Enc) error {
+	n, err := loadInode(s.fsm.db, r.Ino)
+	if err != nil {
+		return err
+	}
+	n.Inode.Encode(out)
+	return nil
+}
+
+// readDir lists a page of a directory. Pages are bounded, so listing a
+// directory of any size needs bounded memory on both ends.
+func (s *Service) readDir(r *proto.ReadDirReq, out *wire.Enc) error {
+	db := s.fsm.db
+	if _, err := loadDir(db, r.Ino); err != nil {
+		return err
+	}
+	limit := int(r.Limit)
+	if limit <= 0 || limit > 4096 {
+		limit = 4096
+	}
+	prefix := dentKey(r.Ino, "")
+	lo := prefix
+	if r.After != "" {
+		lo = append(dentKey(r.Ino, r.After), 0)
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var reply proto.ReadDirReply
+	ok := it.First()
+	for ; ok && len(reply.Entries) < limit; ok = it.Next() {
+		ino, mode, err := unmarshalDent(it.Value())
+		if err != nil {
+			return err
+		}
+		name := string(it.Key()[len(prefix):])
+		reply.Entries = append(reply.Entries, proto.DirEntry{Name: name, Ino: ino, Mode: mode})
+		if r.Plus {
+			n, err := loadInode(db, ino)
+			if err != nil {
+				return err
+			}
+			reply.Inodes = append(reply.Inodes, n.Inode)
+		}
+	}
+	reply.More = ok
+	if err := it.Error(); err != nil {
+		return err
+	}
+	reply.Encode(out)
+	return nil
+}
+
+func (s *Service) getXattr(r *proto.XattrReq, out *wire.Enc) error {
+	if _, err := loadInode(s.fsm.db, r.Ino); err != nil {
+		return err
+	}
+	v, ok, err := get(s.fsm.db, xattrKey(r.Ino, r.Name))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return rpc.Errorf(syscall.ENODATA, "attribute %q does not exist", r.Name)
+	}
+	out.Bytes(v)
+	return nil
+}
+
+func (s *Service) listXattr(r *proto.InoReq, out *wire.Enc) error {
+	if _, err := loadInode(s.fsm.db, r.Ino); err != nil {
+		return err
+	}
+	prefix := xattrKey(r.Ino, "")
+	var names []string
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		names = append(names, string(it.Key()[len(prefix):]))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	out.U32(uint32(len(names)))
+	for _, n := range names {
+		out.String(n)
+	}
+	return nil
+}
+
+func (s *Service) clusterMap() (*proto.ClusterMap, error) {
+	db := s.fsm.db
+	m := &proto.ClusterMap{InlineLimit: s.fsm.inlineLimit}
+	v, _, err := get(db, keyMapVersion)
+	if err != nil {
+		return nil, err
+	}
+	m.Version = decodeU64(v)
+	if m.Servers, err = loadServers(db); err != nil {
+		return nil, err
+	}
+	if m.Targets, err = loadTargets(db); err != nil {
+		return nil, err
+	}
+	if m.Chains, err = loadChains(db); err != nil {
+		return nil, err
+	}
+	s.live.annotate(m.Targets, s.cfg.DeadAfter)
+	return m, nil
+}
+
+func (s *Service) statFs(out *wire.Enc) error {
+	m, err := s.clusterMap()
+	if err != nil {
+		return err
+	}
+	var r proto.StatFsReply
+	for _, t := range m.Targets {
+		r.TotalBytes += t.TotalBytes
+		r.FreeBytes += t.FreeBytes
+	}
+	v, _, err := get(s.fsm.db, keyNextIno)
+	if err != nil {
+		return err
+	}
+	r.Inodes = decodeU64(v)
+	r.Encode(out)
+	return nil
+}
+
+func (s *Service) status(out *wire.Enc) error {
+	m, err := s.clusterMap()
+	if err != nil {
+		return err
+	}
+	v, _, err := get(s.fsm.db, keyNextIno)
+	if err != nil {
+		return err
+	}
+	r := proto.StatusReply{
+		Map:         *m,
+		MetaAddr:    s.Addr(),
+		RaftState:   s.node.raft.State().String(),
+		RaftIndex:   s.node.raft.AppliedIndex(),
+		Inodes:      decodeU64(v),
+		InlineLimit: s.fsm.inlineLimit,
+		Sessions:    uint32(s.sessions.count(2 * time.Minute)),
+	}
+	r.Encode(out)
+	return nil
+}

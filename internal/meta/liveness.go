@@ -1,0 +1,114 @@
+package meta
+
+import (
+	"sync"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// liveness is the leader's in-memory view of storage heartbeats: when each
+// server was last heard from and the capacity of its targets.
+type liveness struct {
+	mu      sync.Mutex
+	servers map[uint32]time.Time
+	targets map[string]proto.TargetInfo // by target UUID
+}
+
+func newLiveness() *liveness {
+	return &liveness{servers: map[uint32]time.Time{}, targets: map[string]proto.TargetInfo{}}
+}
+
+func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.servers[r.ServerID] = time.Now()
+	for _, t := range r.Targets {
+		l.targets[t.UUID] = t
+	}
+}
+
+// annotate fills in the live state and capacity of targets.
+func (l *liveness) annotate(ts []proto.Target, deadAfter time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for i := range ts {
+		t := &ts[i]
+		seen, ok := l.servers[t.Server]
+		t.State = proto.TargetOffline
+		if ok {
+			t.LastSeenMs = seen.UnixMilli()
+			if now.Sub(seen) < deadAfter {
+				t.State = proto.TargetOnline
+			}
+		}
+		if info, ok := l.targets[t.UUID]; ok {
+			t.TotalBytes, t.FreeBytes = info.TotalBytes, info.FreeBytes
+		}
+	}
+}
+
+// sessions tracks when each client session was last heard from.
+type sessions struct {
+	mu   sync.Mutex
+	seen map[uint64]time.Time
+}
+
+func newSessions() *sessions { return &sessions{seen: map[uint64]time.Time{}} }
+
+func (s *sessions) touch(id uint64) {
+	s.mu.Lock()
+	s.seen[id] = time.Now()
+	s.mu.Unlock()
+}
+
+func (s *sessions) lastSeen(id uint64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.seen[id]
+	return t, ok
+}
+
+func (s *sessions) count(within time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, t := range s.seen {
+		if time.Since(t) < within {
+			n++
+		} else if time.Since(t) > 10*within {
+			delete(s.seen, id)
+		}
+	}
+	return n
+}
+
+// storageClients keeps one RPC client per storage server address, for the
+// service's own calls (deleting chunks of removed files).
+type storageClients struct {
+	secret  rpc.Secret
+	mu      sync.Mutex
+	clients map[string]*rpc.Client
+}
+
+func (c *storageClients) get(addr string) *rpc.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl, ok := c.clients[addr]
+	if !ok {
+		cl = rpc.NewClient(addr, c.secret)
+		cl.CallTimeout = 30 * time.Second
+		c.clients[addr] = cl
+	}
+	return cl
+}
+
+func (c *storageClients) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+}

@@ -1,0 +1,107 @@
+package meta
+
+import (
+	"fmt"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/wire"
+)
+
+const recordVersion = 1
+
+// inodeRec is an inode as stored: what clients see plus the parent of a
+// directory (for ".." and for refusing to move a directory into itself).
+type inodeRec struct {
+	proto.Inode
+	Parent uint64
+}
+
+func (r *inodeRec) marshal() []byte {
+	e := wire.NewEnc(make([]byte, 0, 128+len(r.InlineData)))
+	e.U8(recordVersion)
+	r.Inode.Encode(e)
+	e.U64(r.Parent)
+	return e.B
+}
+
+func unmarshalInode(b []byte) (*inodeRec, error) {
+	d := wire.NewDec(b)
+	if v := d.U8(); v != recordVersion {
+		return nil, fmt.Errorf("inode record version %d unknown", v)
+	}
+	r := &inodeRec{}
+	r.Inode.Decode(d)
+	r.Parent = d.U64()
+	return r, d.Finish()
+}
+
+func (r *inodeRec) isDir() bool { return r.Mode&sIFMT == sIFDIR }
+func (r *inodeRec) isReg() bool { return r.Mode&sIFMT == sIFREG }
+
+// File type bits (from sys/stat.h), spelled out so the state machine does
+// not depend on the build platform.
+const (
+	sIFMT   = 0o170000
+	sIFDIR  = 0o040000
+	sIFREG  = 0o100000
+	sIFLNK  = 0o120000
+	sISUID  = 0o4000
+	sISGID  = 0o2000
+	sIXGRP  = 0o010
+	permAll = 0o7777
+)
+
+func marshalDent(ino uint64, mode uint32) []byte {
+	e := wire.NewEnc(make([]byte, 0, 12))
+	e.U64(ino)
+	e.U32(mode & sIFMT)
+	return e.B
+}
+
+func unmarshalDent(b []byte) (uint64, uint32, error) {
+	d := wire.NewDec(b)
+	ino, mode := d.U64(), d.U32()
+	return ino, mode, d.Finish()
+}
+
+// serverRec, targetRec and chainRec are the cluster map as stored.
+func marshalServer(s *proto.Server) []byte {
+	e := wire.NewEnc(nil)
+	e.U32(s.ID)
+	e.String(s.UUID)
+	e.String(s.Addr)
+	return e.B
+}
+
+func unmarshalServer(b []byte) (proto.Server, error) {
+	d := wire.NewDec(b)
+	s := proto.Server{ID: d.U32(), UUID: d.String(64), Addr: d.String(256)}
+	return s, d.Finish()
+}
+
+func marshalTarget(t *proto.Target) []byte {
+	e := wire.NewEnc(nil)
+	t.Encode(e)
+	return e.B
+}
+
+func unmarshalTarget(b []byte) (proto.Target, error) {
+	var t proto.Target
+	d := wire.NewDec(b)
+	t.Decode(d)
+	return t, d.Finish()
+}
+
+func marshalChain(c *proto.Chain) []byte {
+	e := wire.NewEnc(nil)
+	e.U32(c.ID)
+	e.U32(c.Version)
+	e.U32s(c.Targets)
+	return e.B
+}
+
+func unmarshalChain(b []byte) (proto.Chain, error) {
+	d := wire.NewDec(b)
+	c := proto.Chain{ID: d.U32(), Version: d.U32(), Targets: d.U32s(8)}
+	return c, d.Finish()
+}

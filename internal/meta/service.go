@@ -1,0 +1,193 @@
+// Package meta is the TandemFS metadata service: the namespace (inodes,
+// directory entries, attributes, inline data of small files, extended
+// attributes), file layouts and the cluster map, kept in Pebble and changed
+// only through commands committed to a Raft log (hashicorp/raft).
+//
+// Reads are served from the local store of the Raft leader; changes are
+// proposed to Raft and answered once applied (see FSM).
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Config configures one metadata service replica.
+type Config struct {
+	Dir        string // holds store/ (Pebble) and raft/ (log, snapshots)
+	Listen     string // address for clients and storage servers
+	RaftListen string // address for Raft peers
+	ID         string // replica ID (default "meta1")
+	Secret     rpc.Secret
+
+	// Settings a new file system is created with (ignored afterwards).
+	InlineLimit   uint32       // default 4096; 0 disables inline files? use -1 via NoInline
+	NoInline      bool         // store every file on targets
+	DefaultStripe proto.Stripe // default 1 MiB x 4 chains x 1 replica
+
+	// DeadAfter is how long a storage server may stay silent before its
+	// targets are shown offline (default 6 s).
+	DeadAfter time.Duration
+	// SessionTimeout is how long a client may stay silent before files it
+	// held open after unlinking them are deleted (default 60 s).
+	SessionTimeout time.Duration
+
+	Logf      func(format string, args ...any)
+	LogOutput io.Writer
+}
+
+// Service is a running metadata service replica.
+type Service struct {
+	cfg   Config
+	fsm   *FSM
+	node  *raftNode
+	srv   *rpc.Server
+	ln    net.Listener
+	start time.Time
+
+	live     *liveness
+	sessions *sessions
+	storage  *storageClients
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Start opens the store, starts Raft, waits until this replica leads and
+// has applied the whole log, creates the root directory of a new file
+// system, and then starts serving.
+func Start(cfg Config) (*Service, error) {
+	if cfg.ID == "" {
+		cfg.ID = "meta1"
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	if cfg.InlineLimit == 0 {
+		cfg.InlineLimit = 4096
+	}
+	if cfg.NoInline {
+		cfg.InlineLimit = 0
+	}
+	if cfg.InlineLimit > proto.MaxInline {
+		return nil, fmt.Errorf("inline limit %d exceeds %d", cfg.InlineLimit, proto.MaxInline)
+	}
+	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4, Replicas: 1})
+	cfg.DeadAfter = orDuration(cfg.DeadAfter, 6*time.Second)
+	cfg.SessionTimeout = orDuration(cfg.SessionTimeout, 60*time.Second)
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("metadata directory: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("metadata service listen %s: %w", cfg.Listen, err)
+	}
+	fsm, err := OpenFSM(filepath.Join(cfg.Dir, "store"), cfg.Logf)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	node, err := startRaft(RaftConfig{
+		Dir: filepath.Join(cfg.Dir, "raft"), ID: cfg.ID, Listen: cfg.RaftListen,
+		Bootstrap: true, Secret: cfg.Secret, Logf: cfg.Logf, LogOutput: cfg.LogOutput,
+	}, fsm)
+	if err != nil {
+		ln.Close()
+		fsm.Close()
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, fsm: fsm, node: node, ln: ln, start: time.Now(),
+		live: newLiveness(), sessions: newSessions(),
+		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
+		stop:    make(chan struct{}),
+	}
+	if err := s.waitReady(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.srv.Serve(ln) }()
+	go func() { defer s.wg.Done(); s.gcLoop() }()
+	go func() { defer s.wg.Done(); s.orphanLoop() }()
+	return s, nil
+}
+
+// waitReady waits for leadership and a caught-up state machine.
+func (s *Service) waitReady() error {
+	deadline := time.Now().Add(60 * time.Second)
+	for s.node.raft.State() != raft.Leader {
+		if time.Now().After(deadline) {
+			return errors.New("metadata service did not become Raft leader within 60 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.node.raft.Barrier(time.Minute).Error(); err != nil {
+		return fmt.Errorf("catching up with the raft log: %w", err)
+	}
+	if _, ok, err := get(s.fsm.db, inoKey(proto.RootIno)); err != nil {
+		return err
+	} else if !ok {
+		init := initReq{Stripe: s.cfg.DefaultStripe, InlineLimit: s.cfg.InlineLimit}
+		if _, err := s.propose(opInitRoot, init.Encode); err != nil {
+			return fmt.Errorf("creating the root directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// Addr is the address the service listens on.
+func (s *Service) Addr() string { return s.ln.Addr().String() }
+
+// Close stops serving and closes the stores.
+func (s *Service) Close() {
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	if s.srv != nil {
+		s.srv.Close()
+	} else {
+		s.ln.Close()
+	}
+	s.wg.Wait()
+	s.storage.close()
+	s.node.close()
+	s.fsm.Close()
+}
+
+// propose commits a command through Raft and returns the reply it produced.
+func (s *Service) propose(op uint16, payload func(*wire.Enc)) ([]byte, error) {
+	cmd := encodeCommand(op, time.Now().UnixNano(), payload)
+	f := s.node.raft.Apply(cmd, 30*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return nil, rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader: %v", s.cfg.ID, err)
+		}
+		return nil, rpc.Errorf(syscall.EIO, "raft: %v", err)
+	}
+	res, _ := f.Response().(*result)
+	if res == nil {
+		return nil, rpc.Errorf(syscall.EIO, "raft returned no result")
+	}
+	return res.reply, res.err
+}
+
+func (s *Service) logf(format string, args ...any) { s.cfg.Logf(format, args...) }

@@ -1,0 +1,198 @@
+package meta
+
+import (
+	"errors"
+	"io"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// reader is what both the database (for the read path) and an indexed batch
+// (for the state machine, which must see its own writes) offer.
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// get returns a copy of key's value, or found=false.
+func get(r reader, key []byte) (val []byte, found bool, err error) {
+	v, c, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	val = append([]byte(nil), v...)
+	c.Close()
+	return val, true, nil
+}
+
+func loadInode(r reader, ino uint64) (*inodeRec, error) {
+	v, ok, err := get(r, inoKey(ino))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, rpc.Errorf(syscall.ENOENT, "inode %d does not exist", ino)
+	}
+	return unmarshalInode(v)
+}
+
+func lookupEntry(r reader, parent uint64, name string) (ino uint64, mode uint32, found bool, err error) {
+	v, ok, err := get(r, dentKey(parent, name))
+	if err != nil || !ok {
+		return 0, 0, false, err
+	}
+	ino, mode, err = unmarshalDent(v)
+	return ino, mode, err == nil, err
+}
+
+// loadDir loads inode ino and checks that it is a directory.
+func loadDir(r reader, ino uint64) (*inodeRec, error) {
+	d, err := loadInode(r, ino)
+	if err != nil {
+		return nil, err
+	}
+	if !d.isDir() {
+		return nil, rpc.Errorf(syscall.ENOTDIR, "inode %d is not a directory", ino)
+	}
+	return d, nil
+}
+
+// dirEmpty reports whether directory ino has no entries.
+func dirEmpty(r reader, ino uint64) (bool, error) {
+	lo := dentKey(ino, "")
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return !it.First(), it.Error()
+}
+
+// tx is one state machine command being applied: an indexed batch that is
+// committed only if the command succeeds, so a failing command changes
+// nothing.
+type tx struct {
+	f     *FSM
+	b     *pebble.Batch
+	now   int64 // the leader's clock when it proposed the command
+	after []func()
+}
+
+func (t *tx) inode(ino uint64) (*inodeRec, error) { return loadInode(t.b, ino) }
+func (t *tx) dir(ino uint64) (*inodeRec, error)   { return loadDir(t.b, ino) }
+
+func (t *tx) lookup(parent uint64, name string) (uint64, uint32, bool, error) {
+	return lookupEntry(t.b, parent, name)
+}
+
+func (t *tx) putInode(r *inodeRec) { t.b.Set(inoKey(r.Ino), r.marshal(), nil) }
+
+func (t *tx) putDent(parent uint64, name string, ino uint64, mode uint32) {
+	t.b.Set(dentKey(parent, name), marshalDent(ino, mode), nil)
+}
+
+func (t *tx) delDent(parent uint64, name string) { t.b.Delete(dentKey(parent, name), nil) }
+
+func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
+
+// dropInode deletes an inode whose last link is gone: its record, its
+// extended attributes, and, for a file with data on targets, a garbage
+// record so the chunks get deleted in the background.
+func (t *tx) dropInode(r *inodeRec) {
+	t.b.Delete(inoKey(r.Ino), nil)
+	lo := xattrKey(r.Ino, "")
+	t.b.DeleteRange(lo, prefixEnd(lo), nil)
+	t.b.Delete(orphanKey(r.Ino), nil)
+	if r.isReg() && !r.Inline && len(r.Chains) > 0 {
+		t.b.Set(garbageKey(r.Ino), encodeChains(r.Chains), nil)
+	}
+}
+
+// unlinkInode takes one link away from r. When none is left the inode is
+// dropped, unless a client has it open, in which case it becomes an orphan
+// owned by that client's session until released.
+func (t *tx) unlinkInode(r *inodeRec, open bool, session uint64) (removed bool) {
+	if r.isDir() {
+		r.Nlink = 0
+	} else if r.Nlink > 0 {
+		r.Nlink--
+	}
+	r.Ctime = t.now
+	if r.Nlink > 0 {
+		t.putInode(r)
+		return false
+	}
+	if open && session != 0 {
+		t.putInode(r)
+		t.b.Set(orphanKey(r.Ino), u64Bytes(session), nil)
+		return false
+	}
+	t.dropInode(r)
+	return true
+}
+
+func u64Bytes(v uint64) []byte { return u64Key(0, v)[1:] }
+
+func encodeChains(c []uint32) []byte {
+	b := make([]byte, 0, 4*len(c))
+	for _, x := range c {
+		b = append(b, byte(x), byte(x>>8), byte(x>>16), byte(x>>24))
+	}
+	return b
+}
+
+func decodeChains(b []byte) []uint32 {
+	c := make([]uint32, len(b)/4)
+	for i := range c {
+		c[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
+	}
+	return c
+}
+
+// allocIno returns a fresh inode number. Numbers are never reused, so a
+// stale handle can never reach a different file.
+func (t *tx) allocIno() (uint64, error) {
+	v, ok, err := get(t.b, keyNextIno)
+	if err != nil {
+		return 0, err
+	}
+	ino := uint64(proto.RootIno + 1)
+	if ok {
+		ino = decodeU64(v)
+	}
+	t.b.Set(keyNextIno, u64Bytes(ino+1), nil)
+	return ino, nil
+}
+
+func decodeU64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// onCommit registers fn to run after the command's batch is committed, for
+// in-memory caches that must not see a failed command's changes.
+func (t *tx) onCommit(fn func()) { t.after = append(t.after, fn) }
+
+// effectiveStripe fills unset fields of s from def.
+func effectiveStripe(s, def proto.Stripe) proto.Stripe {
+	if s.ChunkSize == 0 {
+		s.ChunkSize = def.ChunkSize
+	}
+	if s.Count == 0 {
+		s.Count = def.Count
+	}
+	if s.Replicas == 0 {
+		s.Replicas = def.Replicas
+	}
+	return s
+}
