@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"tandemfs/internal/client"
+	"tandemfs/internal/fuse"
+	"tandemfs/internal/rpc"
+)
+
+func init() {
+	var metaAddr, secretFile string
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "mount --meta ADDR --secret-file FILE MOUNTPOINT",
+		Short: "Mount TandemFS with FUSE and serve it in the foreground until unmounted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mnt := args[0]
+			if fi, err := os.Stat(mnt); err != nil || !fi.IsDir() {
+				return fmt.Errorf("mount point %s is not a directory", mnt)
+			}
+			secret, err := rpc.ReadSecretFile(secretFile)
+			if err != nil {
+				return err
+			}
+			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
+			c, err := client.New(client.Config{MetaAddr: firstAddr(metaAddr), Secret: secret, Logf: logger.Printf})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			srv, err := fuse.Mount(c, mnt, fuse.MountOptions{Debug: debug})
+			if err != nil {
+				return err
+			}
+			logger.Printf("mounted at %s (metadata service %s)", mnt, metaAddr)
+			go func() {
+				waitForSignal()
+				logger.Printf("unmounting %s", mnt)
+				if err := srv.Unmount(); err != nil {
+					logger.Printf("unmount: %v (is the mount busy?)", err)
+				}
+			}()
+			srv.Wait()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&metaAddr, "meta", "127.0.0.1:7100", "metadata service address")
+	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
+	f.BoolVar(&debug, "debug", false, "log every FUSE request")
+	cmd.MarkFlagRequired("secret-file")
+	rootCmd.AddCommand(cmd)
+}
+
+// firstAddr picks the first of a comma-separated address list.
+func firstAddr(list string) string { return strings.TrimSpace(strings.Split(list, ",")[0]) }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tandemfs/internal/cluster"
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// connectFlags are the ways a tool finds the metadata service: a data
+// directory of `tandem up`, or an address and a secret file.
+type connectFlags struct {
+	dir, meta, secretFile string
+}
+
+func (c *connectFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.dir, "data", defaultDataDir(), "data directory of `tandem up`; $TANDEM_DATA")
+	f.StringVar(&c.meta, "meta", "", "metadata service address (instead of --data)")
+	f.StringVar(&c.secretFile, "secret-file", "", "cluster secret file (with --meta)")
+}
+
+func (c *connectFlags) client() (*rpc.Client, error) {
+	addr, secretFile := c.meta, c.secretFile
+	if addr == "" {
+		l, err := cluster.LoadLayout(c.dir)
+		if err != nil {
+			return nil, err
+		}
+		addr, secretFile = l.MetaAddr, l.SecretFile
+	}
+	if secretFile == "" {
+		return nil, fmt.Errorf("--meta needs --secret-file")
+	}
+	secret, err := rpc.ReadSecretFile(secretFile)
+	if err != nil {
+		return nil, err
+	}
+	cl := rpc.NewClient(firstAddr(addr), secret)
+	cl.CallTimeout = 10 * time.Second
+	return cl, nil
+}
+
+func init() {
+	var cf connectFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--data DIR | --meta ADDR --secret-file F] [--json]",
+		Short: "Show servers, targets, capacity and health",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			var st proto.StatusReply
+			if err := cl.Call(proto.OpStatus, nil, func(d *wire.Dec) error { st.Decode(d); return nil }); err != nil {
+				return fmt.Errorf("metadata service %s: %w", cl.Addr, err)
+			}
+			if asJSON {
+				return printStatusJSON(&st)
+			}
+			printStatus(&st)
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	rootCmd.AddCommand(cmd)
+}
+
+func stateName(s uint8) string {
+	if s == proto.TargetOnline {
+		return "online"
+	}
+	return "offline"
+}
+
+type statusJSON struct {
+	Meta struct {
+		Addr        string `json:"addr"`
+		Raft        string `json:"raft_state"`
+		Applied     uint64 `json:"applied_index"`
+		Inodes      uint64 `json:"inodes_allocated"`
+		InlineLimit uint32 `json:"inline_limit"`
+		Clients     uint32 `json:"clients"`
+	} `json:"meta"`
+	Servers []serverJSON `json:"servers"`
+	Targets []targetJSON `json:"targets"`
+	Chains  []chainJSON  `json:"chains"`
+	Total   uint64       `json:"total_bytes"`
+	Free    uint64       `json:"free_bytes"`
+	Healthy bool         `json:"healthy"`
+}
+
+type serverJSON struct {
+	ID   uint32 `json:"id"`
+	Addr string `json:"addr"`
+	UUID string `json:"uuid"`
+}
+
+type targetJSON struct {
+	ID       uint32 `json:"id"`
+	Server   uint32 `json:"server"`
+	Path     string `json:"path"`
+	State    string `json:"state"`
+	Total    uint64 `json:"total_bytes"`
+	Free     uint64 `json:"free_bytes"`
+	LastSeen string `json:"last_seen,omitempty"`
+}
+
+type chainJSON struct {
+	ID      uint32   `json:"id"`
+	Version uint32   `json:"version"`
+	Targets []uint32 `json:"targets"`
+}
+
+func statusToJSON(st *proto.StatusReply) *statusJSON {
+	var j statusJSON
+	j.Meta.Addr, j.Meta.Raft, j.Meta.Applied = st.MetaAddr, st.RaftState, st.RaftIndex
+	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
+	j.Healthy = st.RaftState == "Leader" && len(st.Map.Targets) > 0
+	for _, s := range st.Map.Servers {
+		j.Servers = append(j.Servers, serverJSON{s.ID, s.Addr, s.UUID})
+	}
+	for _, t := range st.Map.Targets {
+		tj := targetJSON{ID: t.ID, Server: t.Server, Path: t.Path, State: stateName(t.State), Total: t.TotalBytes, Free: t.FreeBytes}
+		if t.LastSeenMs > 0 {
+			tj.LastSeen = time.UnixMilli(t.LastSeenMs).UTC().Format(time.RFC3339)
+		}
+		if t.State != proto.TargetOnline {
+			j.Healthy = false
+		}
+		j.Total += t.TotalBytes
+		j.Free += t.FreeBytes
+		j.Targets = append(j.Targets, tj)
+	}
+	sort.Slice(j.Targets, func(a, b int) bool { return j.Targets[a].ID < j.Targets[b].ID })
+	for _, c := range st.Map.Chains {
+		j.Chains = append(j.Chains, chainJSON{c.ID, c.Version, c.Targets})
+	}
+	return &j
+}
+
+func printStatusJSON(st *proto.StatusReply) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(statusToJSON(st))
+}
+
+func printStatus(st *proto.StatusReply) {
+	j := statusToJSON(st)
+	health := "HEALTHY"
+	if !j.Healthy {
+		health = "DEGRADED"
+	}
+	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
+		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
+	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes\n\n",
+		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SERVER\tADDRESS\tTARGET\tSTATE\tSIZE\tFREE\tUSED%\tPATH")
+	for _, s := range j.Servers {
+		for _, t := range j.Targets {
+			if t.Server != s.ID {
+				continue
+			}
+			used := 0.0
+			if t.Total > 0 {
+				used = 100 * float64(t.Total-t.Free) / float64(t.Total)
+			}
+			fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%.1f\t%s\n", s.ID, s.Addr, t.ID, t.State,
+				humanBytes(t.Total), humanBytes(t.Free), used, t.Path)
+		}
+	}
+	w.Flush()
+}
+
+func humanBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Striping is read and set through virtual extended attributes that the
+// TandemFS client serves, so these commands need only a path on a mount
+// (as lfs and beegfs-ctl use ioctls).
+const (
+	xattrStripe = "user.tandem.stripe"
+	xattrLayout = "user.tandem.layout"
+)
+
+type stripeLayout struct {
+	ChunkSize uint32   `json:"chunk_size"`
+	Count     uint32   `json:"count"`
+	Replicas  uint32   `json:"replicas"`
+	Inline    bool     `json:"inline"`
+	Chains    []uint32 `json:"chains,omitempty"`
+	Targets   []uint32 `json:"targets"`
+}
+
+func getLayout(path string) (*stripeLayout, error) {
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Getxattr(path, xattrLayout, buf)
+	if err != nil {
+		if errors.Is(err, syscall.ENODATA) || errors.Is(err, syscall.ENOTSUP) {
+			return nil, fmt.Errorf("%s is not on a TandemFS mount", path)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var l stripeLayout
+	if err := json.Unmarshal(buf[:n], &l); err != nil {
+		return nil, fmt.Errorf("%s: bad layout from the client: %w", path, err)
+	}
+	return &l, nil
+}
+
+func init() {
+	stripe := &cobra.Command{Use: "stripe", Short: "Show or set striping (chunk size, stripe count) of files and directories"}
+
+	var chunk string
+	var count, replicas uint32
+	set := &cobra.Command{
+		Use:   "set [--chunk-size SIZE] [--count N] DIR",
+		Short: "Set the pattern new files in DIR (and new subdirectories) inherit",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var req struct {
+				ChunkSize uint32 `json:"chunk_size,omitempty"`
+				Count     uint32 `json:"count,omitempty"`
+				Replicas  uint32 `json:"replicas,omitempty"`
+			}
+			if cmd.Flags().Changed("chunk-size") {
+				cs, err := parseSize(chunk)
+				if err != nil {
+					return fmt.Errorf("--chunk-size: %w", err)
+				}
+				if cs == 0 || cs > 1<<31 {
+					return fmt.Errorf("--chunk-size %s is out of range", chunk)
+				}
+				req.ChunkSize = uint32(cs)
+			}
+			if cmd.Flags().Changed("count") {
+				if count == 0 {
+					return errors.New("--count must be at least 1")
+				}
+				req.Count = count
+			}
+			req.Replicas = replicas
+			if req.ChunkSize == 0 && req.Count == 0 && req.Replicas == 0 {
+				return errors.New("nothing to set: give --chunk-size and/or --count")
+			}
+			if fi, err := os.Stat(args[0]); err != nil {
+				return err
+			} else if !fi.IsDir() {
+				return fmt.Errorf("%s is not a directory (patterns are set on directories)", args[0])
+			}
+			b, _ := json.Marshal(req)
+			if err := syscall.Setxattr(args[0], xattrStripe, b, 0); err != nil {
+				if errors.Is(err, syscall.EINVAL) {
+					return fmt.Errorf("%s: invalid pattern (chunk size must be a power of two from 64K to 4M)", args[0])
+				}
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	set.Flags().StringVar(&chunk, "chunk-size", "", "chunk size, a power of two from 64K to 4M (e.g. 512K, 2M)")
+	set.Flags().Uint32Var(&count, "count", 0, "number of targets a file is striped over")
+	set.Flags().Uint32Var(&replicas, "replicas", 0, "")
+	set.Flags().MarkHidden("replicas")
+
+	var asJSON bool
+	get := &cobra.Command{
+		Use:   "get [--json] PATH",
+		Short: "Show the pattern of a directory, or the pattern and targets of a file",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := getLayout(args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(l)
+			}
+			fmt.Printf("path:       %s\n", args[0])
+			fmt.Printf("chunk size: %s\n", humanBytes(uint64(l.ChunkSize)))
+			fmt.Printf("count:      %d\n", l.Count)
+			if l.Inline {
+				fmt.Println("data:       inline in the metadata (small file)")
+			} else if len(l.Targets) > 0 {
+				ts := make([]string, len(l.Targets))
+				for i, t := range l.Targets {
+					ts[i] = fmt.Sprint(t)
+				}
+				fmt.Printf("targets:    %s\n", strings.Join(ts, ", "))
+			}
+			return nil
+		},
+	}
+	get.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	stripe.AddCommand(set, get)
+	rootCmd.AddCommand(stripe)
+}

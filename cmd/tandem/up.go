@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"tandemfs/internal/cluster"
+)
+
+// defaultDataDir is where up, down and status keep a one-machine cluster
+// unless --data (or $TANDEM_DATA) says otherwise.
+func defaultDataDir() string {
+	if d := os.Getenv("TANDEM_DATA"); d != "" {
+		return d
+	}
+	return "./tandem-data"
+}
+
+func init() {
+	var o cluster.Options
+	var inline string
+	up := &cobra.Command{
+		Use:   "up [--data DIR] [--mount MNT] [--servers N] [--targets-per-server M]",
+		Short: "Start a whole cluster on this machine (metadata service, storage servers, FUSE mount) in the background",
+		Long: `up starts the metadata service, N storage servers with M targets each, and a FUSE
+mount, as background processes whose logs and PIDs live under DIR. It returns once
+the mount is usable. Running it again on the same DIR restarts whatever is not
+running and brings back every file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("inline-max") {
+				o.InlineMax = inline
+			}
+			o.Progress = os.Stdout
+			l, err := cluster.Up(o)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("TandemFS is up: metadata %s, %d storage servers", l.MetaAddr, len(l.Servers))
+			if l.Mount != "" {
+				fmt.Printf(", mounted at %s", l.Mount)
+			}
+			fmt.Printf("\nstop it with: tandem down --data %s\n", o.Dir)
+			return nil
+		},
+	}
+	f := up.Flags()
+	f.StringVar(&o.Dir, "data", defaultDataDir(), "data directory (state, logs, PIDs); $TANDEM_DATA")
+	f.StringVar(&o.Mount, "mount", "", "mount point (none: no FUSE mount)")
+	f.IntVar(&o.Servers, "servers", 2, "storage servers")
+	f.IntVar(&o.TargetsPerServer, "targets-per-server", 2, "storage targets per server")
+	f.StringVar(&inline, "inline-max", "4096", "largest file kept inline in the metadata (new file systems only)")
+	f.BoolVar(&o.NoInline, "no-inline", false, "keep every file on storage targets (new file systems only)")
+	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
+	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")
+	rootCmd.AddCommand(up)
+
+	var dir string
+	var force bool
+	down := &cobra.Command{
+		Use:   "down [--data DIR]",
+		Short: "Unmount and stop exactly what `tandem up` started",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cluster.Down(dir, force, os.Stdout)
+		},
+	}
+	down.Flags().StringVar(&dir, "data", defaultDataDir(), "data directory given to `tandem up`; $TANDEM_DATA")
+	down.Flags().BoolVar(&force, "force", false, "detach a busy mount lazily instead of failing")
+	rootCmd.AddCommand(down)
+}

@@ -1,0 +1,240 @@
+// Package client is the TandemFS client library: it sends namespace
+// operations to the metadata service and moves file data directly between
+// the application and the storage targets, in parallel over a file's
+// stripe. The FUSE adapter (package fuse) is a thin layer over it.
+package client
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Config says how to reach the cluster.
+type Config struct {
+	MetaAddr string
+	Secret   rpc.Secret
+	// GiveUp is how long an operation keeps retrying while a service is
+	// unreachable before failing with EIO (a hard mount would wait
+	// forever; default 120 s).
+	GiveUp time.Duration
+	Logf   func(format string, args ...any)
+}
+
+// Client is a connection to one TandemFS cluster. It is safe for
+// concurrent use.
+type Client struct {
+	cfg     Config
+	meta    *rpc.Client
+	session uint64
+
+	mapMu   sync.RWMutex
+	cmap    *proto.ClusterMap
+	chains  map[uint32]proto.Chain
+	targets map[uint32]proto.Target
+	servers map[uint32]proto.Server
+
+	storageMu sync.Mutex
+	storage   map[string]*rpc.Client
+
+	filesMu sync.Mutex
+	files   map[uint64]*fileState
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New connects to the metadata service and loads the cluster map.
+func New(cfg Config) (*Client, error) {
+	if cfg.GiveUp == 0 {
+		cfg.GiveUp = 120 * time.Second
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	var sid [8]byte
+	rand.Read(sid[:])
+	c := &Client{
+		cfg:     cfg,
+		meta:    rpc.NewClient(cfg.MetaAddr, cfg.Secret),
+		session: binary.LittleEndian.Uint64(sid[:]) | 1,
+		storage: map[string]*rpc.Client{},
+		files:   map[uint64]*fileState{},
+		stop:    make(chan struct{}),
+	}
+	if err := c.refreshMap(); err != nil {
+		c.meta.Close()
+		return nil, fmt.Errorf("metadata service %s: %w", cfg.MetaAddr, err)
+	}
+	c.keepalive()
+	c.wg.Add(1)
+	go c.background()
+	return c, nil
+}
+
+// Close stops background work and closes connections.
+func (c *Client) Close() {
+	select {
+	case <-c.stop:
+		return
+	default:
+	}
+	close(c.stop)
+	c.wg.Wait()
+	c.meta.Close()
+	c.storageMu.Lock()
+	for _, s := range c.storage {
+		s.Close()
+	}
+	c.storageMu.Unlock()
+}
+
+// Session identifies this client to the metadata service (for files it
+// keeps open after they were unlinked).
+func (c *Client) Session() uint64 { return c.session }
+
+// InlineLimit is the largest file size kept inline in the metadata.
+func (c *Client) InlineLimit() uint32 {
+	c.mapMu.RLock()
+	defer c.mapMu.RUnlock()
+	return c.cmap.InlineLimit
+}
+
+func (c *Client) background() {
+	defer c.wg.Done()
+	keep := time.NewTicker(10 * time.Second)
+	refresh := time.NewTicker(5 * time.Second)
+	defer keep.Stop()
+	defer refresh.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-keep.C:
+			c.keepalive()
+		case <-refresh.C:
+			c.refreshMap()
+		}
+	}
+}
+
+func (c *Client) keepalive() {
+	r := proto.InoReq{Session: c.session}
+	c.meta.Call(proto.OpSessionKeepalive, r.Encode, nil)
+}
+
+func (c *Client) refreshMap() error {
+	var m proto.ClusterMap
+	err := c.meta.Call(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
+	if err != nil {
+		return err
+	}
+	chains := make(map[uint32]proto.Chain, len(m.Chains))
+	for _, ch := range m.Chains {
+		chains[ch.ID] = ch
+	}
+	targets := make(map[uint32]proto.Target, len(m.Targets))
+	for _, t := range m.Targets {
+		targets[t.ID] = t
+	}
+	servers := make(map[uint32]proto.Server, len(m.Servers))
+	for _, s := range m.Servers {
+		servers[s.ID] = s
+	}
+	c.mapMu.Lock()
+	c.cmap, c.chains, c.targets, c.servers = &m, chains, targets, servers
+	c.mapMu.Unlock()
+	return nil
+}
+
+// ClusterMap returns the cluster map as last loaded.
+func (c *Client) ClusterMap() proto.ClusterMap {
+	c.mapMu.RLock()
+	defer c.mapMu.RUnlock()
+	return *c.cmap
+}
+
+// route finds where chain id's head target lives.
+func (c *Client) route(chainID uint32) (target uint32, version uint32, srv *rpc.Client, err error) {
+	c.mapMu.RLock()
+	ch, ok := c.chains[chainID]
+	var addr string
+	if ok && len(ch.Targets) > 0 {
+		target = ch.Targets[0]
+		if t, ok := c.targets[target]; ok {
+			addr = c.servers[t.Server].Addr
+		}
+	}
+	c.mapMu.RUnlock()
+	if addr == "" {
+		return 0, 0, nil, rpc.Errorf(syscall.EIO, "chain %d has no reachable target in the cluster map", chainID)
+	}
+	return target, ch.Version, c.storageClient(addr), nil
+}
+
+func (c *Client) storageClient(addr string) *rpc.Client {
+	c.storageMu.Lock()
+	defer c.storageMu.Unlock()
+	s, ok := c.storage[addr]
+	if !ok {
+		s = rpc.NewClient(addr, c.cfg.Secret)
+		s.MaxIdle = 64
+		c.storage[addr] = s
+	}
+	return s
+}
+
+// retry runs call until it succeeds, fails with an answer from a server,
+// or the service stays unreachable for longer than GiveUp. Servers that
+// are restarting or failing over thus cost a delay, not an error.
+func (c *Client) retry(what string, call func() error) error {
+	deadline := time.Now().Add(c.cfg.GiveUp)
+	backoff := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := call()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			c.cfg.Logf("%s: giving up after %v: %v", what, c.cfg.GiveUp, err)
+			return rpc.Errorf(syscall.EIO, "%s: %v", what, err)
+		}
+		if attempt == 3 {
+			c.cfg.Logf("%s: %v; retrying", what, err)
+		}
+		select {
+		case <-c.stop:
+			return rpc.Errorf(syscall.EIO, "%s: client closed", what)
+		case <-time.After(backoff):
+		}
+		if backoff < time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// retryable errors are transport failures and "not the leader" answers.
+func retryable(err error) bool {
+	if rpc.IsNetError(err) {
+		return true
+	}
+	return errors.Is(err, syscall.EAGAIN)
+}
+
+// metaCall calls the metadata service, retrying while it is unreachable.
+func (c *Client) metaCall(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
+	return c.retry("metadata service", func() error { return c.meta.Call(op, enc, dec) })
+}
+
+func decodeInode(n *proto.Inode) func(*wire.Dec) error {
+	return func(d *wire.Dec) error { n.Decode(d); return nil }
+}

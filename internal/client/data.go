@@ -1,0 +1,235 @@
+package client
+
+import (
+	"errors"
+	"sync"
+	"syscall"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// piece is the part of an I/O that falls into one chunk.
+type piece struct {
+	chain uint32
+	index uint64 // chunk index within the file
+	off   uint32 // offset within the chunk
+	pos   uint64 // offset of the piece within the caller's buffer
+	n     uint32
+}
+
+// splitRange cuts [off, off+n) of a file into per-chunk pieces. Chunk i
+// lives on chain i mod len(Chains).
+func splitRange(in *proto.Inode, off, n uint64) []piece {
+	cs := uint64(in.Stripe.ChunkSize)
+	nc := uint64(len(in.Chains))
+	var out []piece
+	for pos := uint64(0); pos < n; {
+		idx := (off + pos) / cs
+		within := (off + pos) % cs
+		take := min(cs-within, n-pos)
+		out = append(out, piece{chain: in.Chains[idx%nc], index: idx, off: uint32(within), pos: pos, n: uint32(take)})
+		pos += take
+	}
+	return out
+}
+
+// parallel runs fn for each piece, concurrently when there are several,
+// and returns the first error.
+func parallel(ps []piece, fn func(p piece) error) error {
+	if len(ps) == 1 {
+		return fn(ps[0])
+	}
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i := range ps {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = fn(ps[i])
+		}(i)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Client) checkLayout(in *proto.Inode) error {
+	if len(in.Chains) == 0 || in.Stripe.ChunkSize == 0 {
+		return rpc.Errorf(syscall.EIO, "file %d has no layout", in.Ino)
+	}
+	return nil
+}
+
+// storageCall sends one chunk request to the head of a chain, retrying
+// (with a fresh cluster map) while the target is unreachable.
+func (c *Client) storageCall(chain uint32, call func(target, version uint32, s *rpc.Client) error) error {
+	return c.retry("storage", func() error {
+		target, version, s, err := c.route(chain)
+		if err != nil {
+			c.refreshMap()
+			return &rpc.NetError{Addr: "chain", Err: err}
+		}
+		err = call(target, version, s)
+		if rpc.IsNetError(err) {
+			c.refreshMap()
+		}
+		return err
+	})
+}
+
+func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool) error {
+	if err := c.checkLayout(in); err != nil {
+		return err
+	}
+	return parallel(splitRange(in, off, uint64(len(data))), func(p piece) error {
+		return c.storageCall(p.chain, func(target, version uint32, s *rpc.Client) error {
+			r := proto.ChunkWriteReq{
+				Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index},
+				Off:   p.off, Data: data[p.pos : p.pos+uint64(p.n)], ChainVersion: version, Sync: sync,
+			}
+			return s.Call(proto.OpChunkWrite, r.Encode, nil)
+		})
+	})
+}
+
+// readPieces fills buf from the file's chunks; missing chunks and ranges
+// past a chunk's end are holes and read as zeros.
+func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
+	if err := c.checkLayout(in); err != nil {
+		return err
+	}
+	return parallel(splitRange(in, off, uint64(len(buf))), func(p piece) error {
+		dst := buf[p.pos : p.pos+uint64(p.n)]
+		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
+			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
+			return s.Call(proto.OpChunkRead, r.Encode, func(d *wire.Dec) error {
+				got := copy(dst, d.Bytes(proto.MaxData))
+				clear(dst[got:])
+				return nil
+			})
+		})
+	})
+}
+
+// syncChunks fsyncs the given chunks on their targets, one request per
+// chain, all chains in parallel.
+func (c *Client) syncChunks(ino uint64, written map[chunkKey]struct{}) error {
+	byChain := map[uint32][]uint64{}
+	for k := range written {
+		byChain[k.chain] = append(byChain[k.chain], k.index)
+	}
+	var ps []piece
+	for chain := range byChain {
+		ps = append(ps, piece{chain: chain})
+	}
+	return parallel(ps, func(p piece) error {
+		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
+			r := proto.ChunkSyncReq{Target: target, Ino: ino, Indexes: byChain[p.chain]}
+			return s.Call(proto.OpChunkSync, r.Encode, nil)
+		})
+	})
+}
+
+// trimChunks deletes every chunk past size and cuts the last one.
+func (c *Client) trimChunks(in *proto.Inode, size uint64) error {
+	cs := uint64(in.Stripe.ChunkSize)
+	from := (size + cs - 1) / cs // first chunk wholly past the end
+	ps := make([]piece, 0, len(in.Chains))
+	for _, ch := range in.Chains {
+		ps = append(ps, piece{chain: ch})
+	}
+	err := parallel(ps, func(p piece) error {
+		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
+			r := proto.ChunkDeleteReq{Target: target, Ino: in.Ino, From: from}
+			return s.Call(proto.OpChunkDelete, r.Encode, nil)
+		})
+	})
+	if err != nil || size%cs == 0 {
+		return err
+	}
+	last := size / cs
+	chain := in.Chains[last%uint64(len(in.Chains))]
+	return c.storageCall(chain, func(target, _ uint32, s *rpc.Client) error {
+		r := proto.ChunkTruncateReq{Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: last}, Size: uint32(size % cs)}
+		return s.Call(proto.OpChunkTruncate, r.Encode, nil)
+	})
+}
+
+// rangeSet tracks byte ranges of write-behind requests in flight, so that
+// overlapping writes and reads wait for them (keeping write order and
+// read-your-writes), and bounds how much one file buffers.
+type rangeSet struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	ranges [][2]uint64
+	bytes  uint64
+}
+
+const maxInflightBytes = 32 << 20
+
+func (s *rangeSet) init() { s.cond = sync.NewCond(&s.mu) }
+
+func (s *rangeSet) overlaps(lo, hi uint64) bool {
+	for _, r := range s.ranges {
+		if lo < r[1] && r[0] < hi {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *rangeSet) add(lo, hi uint64) {
+	s.mu.Lock()
+	for s.overlaps(lo, hi) || (s.bytes > 0 && s.bytes+(hi-lo) > maxInflightBytes) {
+		s.cond.Wait()
+	}
+	s.ranges = append(s.ranges, [2]uint64{lo, hi})
+	s.bytes += hi - lo
+	s.mu.Unlock()
+}
+
+func (s *rangeSet) done(lo, hi uint64) {
+	s.mu.Lock()
+	for i, r := range s.ranges {
+		if r[0] == lo && r[1] == hi {
+			s.ranges = append(s.ranges[:i], s.ranges[i+1:]...)
+			break
+		}
+	}
+	s.bytes -= hi - lo
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *rangeSet) waitOverlap(lo, hi uint64) {
+	s.mu.Lock()
+	for s.overlaps(lo, hi) {
+		s.cond.Wait()
+	}
+	s.mu.Unlock()
+}
+
+func (s *rangeSet) waitAll() {
+	s.mu.Lock()
+	for len(s.ranges) > 0 {
+		s.cond.Wait()
+	}
+	s.mu.Unlock()
+}
+
+var bufPool sync.Pool
+
+func getBuf(n int) []byte {
+	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, max(n, 1<<20))
+}
+
+func putBuf(b []byte) {
+	if cap(b) > 4<<20 {
+		return
+	}
+	bufPool.Put(&b)
+}

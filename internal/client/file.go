@@ -1,0 +1,400 @@
+package client
+
+import (
+	"sync"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// fileState is this client's shared view of one open inode: the layout,
+// the size and mtime including writes not yet committed to the metadata
+// service, the chunks written since the last fsync, and the writes still
+// in flight. Every handle on the inode shares it.
+type fileState struct {
+	ino uint64
+
+	mu      sync.Mutex
+	inode   proto.Inode
+	size    uint64
+	mtime   int64
+	dirty   bool // size/mtime not yet committed
+	opens   int
+	orphan  bool // unlinked while open: release it on last close
+	written map[chunkKey]struct{}
+	err     error // first error of a write-behind request
+
+	inflight rangeSet
+}
+
+type chunkKey struct {
+	chain uint32
+	index uint64
+}
+
+// Handle is one open file.
+type Handle struct {
+	c      *Client
+	st     *fileState
+	direct bool // O_DIRECT or O_SYNC: write through, no write-behind
+	sync   bool // O_SYNC/O_DSYNC: each write durable before it returns
+}
+
+// Open opens inode ino (of which n is a fresh copy). flags are open(2)
+// flags; O_TRUNC truncates.
+func (c *Client) Open(n *proto.Inode, flags uint32) (*Handle, error) {
+	st := c.acquire(n)
+	h := &Handle{c: c, st: st,
+		direct: flags&syscall.O_DIRECT != 0 || flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
+		sync:   flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0}
+	if flags&syscall.O_TRUNC != 0 && n.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		r := proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetSize, Size: 0}
+		if _, err := c.SetAttr(&r); err != nil {
+			h.Release()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// acquire returns the shared state of inode n, creating it on first open.
+func (c *Client) acquire(n *proto.Inode) *fileState {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	st, ok := c.files[n.Ino]
+	if !ok {
+		st = &fileState{ino: n.Ino, written: map[chunkKey]struct{}{}}
+		st.inflight.init()
+		c.files[n.Ino] = st
+	}
+	st.mu.Lock()
+	if st.opens == 0 || !st.dirty {
+		st.inode = *n
+		st.size = n.Size
+		st.mtime = n.Mtime
+	}
+	st.opens++
+	st.mu.Unlock()
+	return st
+}
+
+func (c *Client) lookupState(ino uint64) *fileState {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	return c.files[ino]
+}
+
+func (c *Client) isOpen(ino uint64) bool { return c.lookupState(ino) != nil }
+
+func (c *Client) markOrphan(ino uint64) {
+	if st := c.lookupState(ino); st != nil {
+		st.mu.Lock()
+		st.orphan = true
+		st.mu.Unlock()
+	} else {
+		// Closed in the meantime: release right away.
+		r := proto.InoReq{Ino: ino, Session: c.session}
+		c.metaCall(proto.OpRelease, r.Encode, nil)
+	}
+}
+
+// overlay applies this client's uncommitted size and mtime to n.
+func (c *Client) overlay(n *proto.Inode) {
+	st := c.lookupState(n.Ino)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	if st.dirty {
+		if st.size > n.Size {
+			n.Size = st.size
+		}
+		if st.mtime > n.Mtime {
+			n.Mtime, n.Ctime = st.mtime, st.mtime
+		}
+	}
+	st.mu.Unlock()
+}
+
+// sizeChanged records a truncate's result in the open state, if any.
+func (c *Client) sizeChanged(ino, size uint64, n *proto.Inode) {
+	st := c.lookupState(ino)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	st.inode = *n
+	st.size = size
+	st.mu.Unlock()
+}
+
+// Ino is the handle's inode number.
+func (h *Handle) Ino() uint64 { return h.st.ino }
+
+// Read reads into buf at off and returns the bytes read (short at EOF).
+func (h *Handle) Read(buf []byte, off uint64) (int, error) {
+	st := h.st
+	end := off + uint64(len(buf))
+	st.inflight.waitOverlap(off, end)
+	st.mu.Lock()
+	size := st.size
+	if off >= size {
+		st.mu.Unlock()
+		return 0, nil
+	}
+	if end > size {
+		end = size
+		buf = buf[:end-off]
+	}
+	if st.inode.Inline {
+		n := copy(buf, st.inode.InlineData[min(off, uint64(len(st.inode.InlineData))):])
+		clear(buf[n:])
+		st.mu.Unlock()
+		return len(buf), nil
+	}
+	layout := st.inode
+	st.mu.Unlock()
+	if err := h.c.readPieces(&layout, off, buf); err != nil {
+		return 0, err
+	}
+	return len(buf), nil
+}
+
+// Write writes data at off. Buffered writes are sent in the background
+// (write-behind, bounded per file) and their errors reported by a later
+// Write, Flush or Fsync; O_DIRECT and O_SYNC writes complete before
+// returning.
+func (h *Handle) Write(data []byte, off uint64) (int, error) {
+	st := h.st
+	if err := st.takeErr(); err != nil {
+		return 0, err
+	}
+	end := off + uint64(len(data))
+	st.mu.Lock()
+	if st.inode.Inline {
+		if end <= uint64(h.c.InlineLimit()) {
+			err := h.c.writeInline(st, off, data)
+			st.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
+			return len(data), nil
+		}
+		if err := h.c.uninline(st); err != nil {
+			st.mu.Unlock()
+			return 0, err
+		}
+	}
+	layout := st.inode
+	for _, p := range splitRange(&layout, off, uint64(len(data))) {
+		st.written[chunkKey{p.chain, p.index}] = struct{}{}
+	}
+	st.mu.Unlock()
+
+	var err error
+	if h.direct {
+		err = h.c.writePieces(&layout, off, data, h.sync)
+	} else {
+		buf := append(getBuf(len(data)), data...)
+		st.inflight.add(off, end)
+		go func() {
+			if err := h.c.writePieces(&layout, off, buf, false); err != nil {
+				st.setErr(err)
+			}
+			putBuf(buf)
+			st.inflight.done(off, end)
+		}()
+	}
+	if err != nil {
+		return 0, err
+	}
+	st.mu.Lock()
+	if end > st.size {
+		st.size = end
+	}
+	st.mtime = time.Now().UnixNano()
+	st.dirty = true
+	st.mu.Unlock()
+	return len(data), nil
+}
+
+func (st *fileState) setErr(err error) {
+	st.mu.Lock()
+	if st.err == nil {
+		st.err = err
+	}
+	st.mu.Unlock()
+}
+
+func (st *fileState) takeErr() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	err := st.err
+	st.err = nil
+	return err
+}
+
+// Flush waits for write-behind requests and commits size and mtime to the
+// metadata service (close(2) calls it). After it returns, the data and its
+// size survive the loss of every TandemFS process.
+func (h *Handle) Flush() error {
+	st := h.st
+	st.inflight.waitAll()
+	if err := st.takeErr(); err != nil {
+		return err
+	}
+	return h.c.commit(st)
+}
+
+// Fsync is Flush plus an fsync of every chunk written since the last one,
+// so the data also survives a power failure of the storage servers.
+func (h *Handle) Fsync() error {
+	st := h.st
+	st.inflight.waitAll()
+	if err := st.takeErr(); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	written := st.written
+	st.written = map[chunkKey]struct{}{}
+	ino := st.ino
+	st.mu.Unlock()
+	if err := h.c.syncChunks(ino, written); err != nil {
+		st.mu.Lock()
+		for k := range written {
+			st.written[k] = struct{}{}
+		}
+		st.mu.Unlock()
+		return err
+	}
+	return h.c.commit(st)
+}
+
+// Release closes the handle; the last close of an inode unlinked while
+// open lets the metadata service delete it.
+func (h *Handle) Release() error {
+	err := h.Flush()
+	c, st := h.c, h.st
+	c.filesMu.Lock()
+	st.mu.Lock()
+	st.opens--
+	last := st.opens == 0
+	orphan := st.orphan
+	if last {
+		delete(c.files, st.ino)
+	}
+	st.mu.Unlock()
+	c.filesMu.Unlock()
+	if last && orphan {
+		r := proto.InoReq{Ino: st.ino, Session: c.session}
+		c.metaCall(proto.OpRelease, r.Encode, nil)
+	}
+	return err
+}
+
+// commit sends the size and mtime of writes to the metadata service.
+func (c *Client) commit(st *fileState) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.dirty {
+		return nil
+	}
+	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime}
+	var n proto.Inode
+	if err := c.metaCall(proto.OpCommitWrite, r.Encode, decodeInode(&n)); err != nil {
+		return err
+	}
+	st.inode = n
+	st.dirty = false
+	return nil
+}
+
+// writeInline writes into an inline file's bytes in the metadata.
+// st.mu is held.
+func (c *Client) writeInline(st *fileState, off uint64, data []byte) error {
+	r := proto.WriteInlineReq{Ino: st.ino, Off: off, Data: data}
+	var n proto.Inode
+	if err := c.metaCall(proto.OpWriteInline, r.Encode, decodeInode(&n)); err != nil {
+		return err
+	}
+	st.inode = n
+	if n.Size > st.size || !st.dirty {
+		st.size = n.Size
+	}
+	st.mtime = n.Mtime
+	return nil
+}
+
+// uninline moves an inline file's bytes to its chains: chains are assigned
+// first, the bytes written and synced there, and only then is the inline
+// copy dropped, so a crash at any point loses nothing. st.mu is held.
+func (c *Client) uninline(st *fileState) error {
+	var n proto.Inode
+	r := proto.UninlineReq{Ino: st.ino, AssignOnly: true}
+	if err := c.metaCall(proto.OpUninline, r.Encode, decodeInode(&n)); err != nil {
+		return err
+	}
+	if n.Inline && len(n.InlineData) > 0 {
+		if err := c.writePieces(&n, 0, n.InlineData, true); err != nil {
+			return err
+		}
+	}
+	r.AssignOnly = false
+	if err := c.metaCall(proto.OpUninline, r.Encode, decodeInode(&n)); err != nil {
+		return err
+	}
+	st.inode = n
+	return nil
+}
+
+// truncateData makes a file's chunks match a new size before the metadata
+// records it: chunks past the end are deleted and the last one cut, so that
+// growing the file later exposes zeros, never old bytes.
+func (c *Client) truncateData(ino uint64, size uint64) error {
+	st := c.lookupState(ino)
+	var n proto.Inode
+	if st != nil {
+		st.inflight.waitAll()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.inode.Inline && size > uint64(c.InlineLimit()) && !allZero(st.inode.InlineData) {
+			if err := c.uninline(st); err != nil {
+				return err
+			}
+		}
+		n = st.inode
+	} else {
+		r := proto.InoReq{Ino: ino}
+		if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+			return err
+		}
+		if n.Inline && size > uint64(c.InlineLimit()) && !allZero(n.InlineData) {
+			tmp := &fileState{ino: ino, inode: n, written: map[chunkKey]struct{}{}}
+			if err := c.uninline(tmp); err != nil {
+				return err
+			}
+			n = tmp.inode
+		}
+	}
+	if n.Mode&syscall.S_IFMT != syscall.S_IFREG || n.Inline || len(n.Chains) == 0 {
+		return nil
+	}
+	return c.trimChunks(&n, size)
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func errIO(format string, args ...any) error { return rpc.Errorf(syscall.EIO, format, args...) }
+
+// OverlayAttr applies this client's uncommitted writes (size, mtime) to n,
+// for callers that got n from a call that does not (Lookup, Link).
+func (c *Client) OverlayAttr(n *proto.Inode) { c.overlay(n) }

@@ -1,0 +1,189 @@
+package client
+
+import (
+	"syscall"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// The namespace operations below are thin, typed wrappers over metadata
+// service calls. Errors carry POSIX errnos (rpc.ErrnoOf).
+
+// Lookup finds name in directory parent.
+func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
+	if len(name) > proto.MaxName {
+		return nil, syscall.ENAMETOOLONG
+	}
+	var n proto.Inode
+	r := proto.LookupReq{Parent: parent, Name: name}
+	return &n, c.metaCall(proto.OpLookup, r.Encode, decodeInode(&n))
+}
+
+// GetAttr returns inode ino, with this client's unflushed writes applied.
+func (c *Client) GetAttr(ino uint64) (*proto.Inode, error) {
+	var n proto.Inode
+	r := proto.InoReq{Ino: ino}
+	if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+		return nil, err
+	}
+	c.overlay(&n)
+	return &n, nil
+}
+
+// Create makes a new file, directory, symlink or special file.
+func (c *Client) Create(r *proto.CreateReq) (*proto.Inode, error) {
+	if len(r.Name) > proto.MaxName {
+		return nil, syscall.ENAMETOOLONG
+	}
+	if len(r.Target) > proto.MaxSymlink {
+		return nil, syscall.ENAMETOOLONG
+	}
+	var n proto.Inode
+	return &n, c.metaCall(proto.OpCreate, r.Encode, decodeInode(&n))
+}
+
+// Link adds a hard link.
+func (c *Client) Link(ino, newParent uint64, newName string) (*proto.Inode, error) {
+	if len(newName) > proto.MaxName {
+		return nil, syscall.ENAMETOOLONG
+	}
+	var n proto.Inode
+	r := proto.LinkReq{Ino: ino, NewParent: newParent, NewName: newName}
+	return &n, c.metaCall(proto.OpLink, r.Encode, decodeInode(&n))
+}
+
+// Unlink removes a name (dir: like rmdir). If this client has the inode
+// open, the metadata service keeps it until the last close.
+func (c *Client) Unlink(parent uint64, name string, dir bool) error {
+	if len(name) > proto.MaxName {
+		return syscall.ENAMETOOLONG
+	}
+	var open bool
+	if !dir {
+		if n, err := c.Lookup(parent, name); err == nil {
+			open = c.isOpen(n.Ino)
+		}
+	}
+	r := proto.UnlinkReq{Parent: parent, Name: name, Dir: dir, Open: open, Session: c.session}
+	var reply proto.UnlinkReply
+	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	if err == nil && open && !reply.Removed {
+		c.markOrphan(reply.Ino)
+	}
+	return err
+}
+
+// Rename moves a name, atomically replacing any existing target.
+func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+	if len(oldName) > proto.MaxName || len(newName) > proto.MaxName {
+		return syscall.ENAMETOOLONG
+	}
+	var replacedOpen uint64
+	if flags&proto.RenameExchange == 0 {
+		if n, err := c.Lookup(newParent, newName); err == nil && c.isOpen(n.Ino) {
+			replacedOpen = n.Ino
+		}
+	}
+	r := proto.RenameReq{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName,
+		Flags: flags, Open: replacedOpen != 0, Session: c.session}
+	err := c.metaCall(proto.OpRename, r.Encode, nil)
+	if err == nil && replacedOpen != 0 {
+		c.markOrphan(replacedOpen)
+	}
+	return err
+}
+
+// ReadDir lists up to limit entries of directory ino after name after.
+func (c *Client) ReadDir(ino uint64, after string, limit int, plus bool) (*proto.ReadDirReply, error) {
+	var reply proto.ReadDirReply
+	r := proto.ReadDirReq{Ino: ino, After: after, Limit: uint32(limit), Plus: plus}
+	err := c.metaCall(proto.OpReadDir, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	for i := range reply.Inodes {
+		c.overlay(&reply.Inodes[i])
+	}
+	return &reply, err
+}
+
+// GetXattr returns an extended attribute's value.
+func (c *Client) GetXattr(ino uint64, name string) ([]byte, error) {
+	var v []byte
+	r := proto.XattrReq{Ino: ino, Name: name}
+	err := c.metaCall(proto.OpGetXattr, r.Encode, func(d *wire.Dec) error {
+		v = append([]byte{}, d.Bytes(proto.MaxXattrVal)...)
+		return nil
+	})
+	return v, err
+}
+
+// SetXattr sets an extended attribute (flags: proto.XattrCreate/Replace).
+func (c *Client) SetXattr(ino uint64, name string, value []byte, flags uint32) error {
+	if len(name) > proto.MaxXattrName {
+		return syscall.ERANGE
+	}
+	if len(value) > proto.MaxXattrVal {
+		return syscall.E2BIG
+	}
+	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags}
+	return c.metaCall(proto.OpSetXattr, r.Encode, nil)
+}
+
+// ListXattr returns the names of an inode's extended attributes.
+func (c *Client) ListXattr(ino uint64) ([]string, error) {
+	var names []string
+	r := proto.InoReq{Ino: ino}
+	err := c.metaCall(proto.OpListXattr, r.Encode, func(d *wire.Dec) error {
+		n := d.Count(proto.MaxList, 4)
+		for i := 0; i < n; i++ {
+			names = append(names, d.String(proto.MaxXattrName))
+		}
+		return nil
+	})
+	return names, err
+}
+
+// RemoveXattr removes an extended attribute.
+func (c *Client) RemoveXattr(ino uint64, name string) error {
+	r := proto.XattrReq{Ino: ino, Name: name}
+	return c.metaCall(proto.OpRemoveXattr, r.Encode, nil)
+}
+
+// SetStripe sets the striping pattern new files in directory ino get.
+func (c *Client) SetStripe(ino uint64, s proto.Stripe) error {
+	r := proto.SetStripeReq{Ino: ino, Stripe: s}
+	return c.metaCall(proto.OpSetStripe, r.Encode, nil)
+}
+
+// StatFs returns the capacity of the file system.
+func (c *Client) StatFs() (*proto.StatFsReply, error) {
+	var r proto.StatFsReply
+	return &r, c.metaCall(proto.OpStatFs, nil, func(d *wire.Dec) error { r.Decode(d); return nil })
+}
+
+// Status returns the cluster's state for `tandem status`.
+func (c *Client) Status() (*proto.StatusReply, error) {
+	var r proto.StatusReply
+	return &r, c.metaCall(proto.OpStatus, nil, func(d *wire.Dec) error { r.Decode(d); return nil })
+}
+
+// SetAttr changes attributes. A size change is applied to the file's data
+// first (see Truncate), then recorded in the metadata.
+func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
+	if r.Valid&proto.SetSize != 0 {
+		if err := c.truncateData(r.Ino, r.Size); err != nil {
+			return nil, err
+		}
+	}
+	var n proto.Inode
+	if err := c.metaCall(proto.OpSetAttr, r.Encode, decodeInode(&n)); err != nil {
+		return nil, err
+	}
+	if r.Valid&proto.SetSize != 0 {
+		c.sizeChanged(n.Ino, r.Size, &n)
+	}
+	c.overlay(&n)
+	return &n, nil
+}
+
+func errnoOf(err error) syscall.Errno { return rpc.ErrnoOf(err) }

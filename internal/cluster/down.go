@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Down unmounts the cluster's mount and stops exactly the processes Up
+// recorded: the client first, then storage servers, then the metadata
+// service, each with SIGTERM and, after a grace period, SIGKILL.
+// With force, a busy mount is detached lazily instead of failing.
+func Down(dir string, force bool, progress io.Writer) error {
+	l, err := LoadLayout(dir)
+	if err != nil {
+		return err
+	}
+	say := func(format string, args ...any) {
+		if progress != nil {
+			fmt.Fprintf(progress, format+"\n", args...)
+		}
+	}
+	if l.Mount != "" && (isTandemMount(l.Mount) || isStaleMount(l.Mount)) {
+		if err := syscall.Unmount(l.Mount, 0); err != nil {
+			if !force {
+				return fmt.Errorf("unmounting %s: %v (is a process using it? `tandem down --force` detaches it lazily)", l.Mount, err)
+			}
+			if err := syscall.Unmount(l.Mount, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmounting %s: %v", l.Mount, err)
+			}
+		}
+		say("unmounted %s", l.Mount)
+	}
+	names := []string{"mount"}
+	for _, s := range l.Servers {
+		names = append(names, s.Name)
+	}
+	names = append(names, "meta")
+	var errs []error
+	for _, name := range names {
+		if err := stop(dir, name); err != nil {
+			errs = append(errs, err)
+		} else {
+			say("stopped %s", name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stop ends the recorded process of name, if it runs.
+func stop(dir, name string) error {
+	defer os.Remove(pidFile(dir, name))
+	if !running(dir, name) {
+		return nil
+	}
+	pid := readPid(dir, name)
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(15 * time.Second)
+	for running(dir, name) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			time.Sleep(200 * time.Millisecond)
+			if running(dir, name) {
+				return fmt.Errorf("%s (pid %d) does not stop", name, pid)
+			}
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL to every recorded process at once, as a crash would
+// (for tests of durability).
+func Kill(dir string) error {
+	l, err := LoadLayout(dir)
+	if err != nil {
+		return err
+	}
+	names := []string{"mount", "meta"}
+	for _, s := range l.Servers {
+		names = append(names, s.Name)
+	}
+	for _, name := range names {
+		if running(dir, name) {
+			syscall.Kill(readPid(dir, name), syscall.SIGKILL)
+		}
+	}
+	for _, name := range names {
+		for i := 0; i < 100 && running(dir, name); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if l.Mount != "" {
+		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+// Package cluster starts and stops a whole TandemFS cluster on one machine
+// as separate background processes (metadata service, storage servers,
+// FUSE client), the way `tandem up` and `tandem down` do, and keeps what it
+// started in the data directory so that a later run finds it again.
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Options describe the cluster `tandem up` builds.
+type Options struct {
+	Dir              string // data directory: everything lives below it
+	Mount            string // mount point ("" for no mount)
+	Servers          int    // storage servers (default 2)
+	TargetsPerServer int    // targets per server (default 2)
+	Binary           string // the tandem binary (default: this executable)
+	// Settings for a new file system; ignored when Dir already holds one.
+	InlineMax   string // e.g. "4096", "" for the default
+	NoInline    bool
+	ChunkSize   string // e.g. "1M"
+	StripeCount int
+	Progress    io.Writer // where to report progress (may be nil)
+	Timeout     time.Duration
+}
+
+// Layout is the cluster's shape, stored as DIR/cluster.json on first start
+// so that restarts reuse the same addresses and target directories.
+type Layout struct {
+	MetaAddr   string         `json:"meta_addr"`
+	RaftAddr   string         `json:"raft_addr"`
+	SecretFile string         `json:"secret_file"`
+	Servers    []ServerLayout `json:"servers"`
+	Mount      string         `json:"mount,omitempty"`
+}
+
+// ServerLayout is one storage server.
+type ServerLayout struct {
+	Name    string   `json:"name"`
+	Listen  string   `json:"listen"`
+	Targets []string `json:"targets"`
+}
+
+// LoadLayout reads DIR/cluster.json.
+func LoadLayout(dir string) (*Layout, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s holds no TandemFS cluster (no cluster.json); start one with `tandem up --data %s`", dir, dir)
+		}
+		return nil, err
+	}
+	var l Layout
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("%s/cluster.json: %w", dir, err)
+	}
+	return &l, nil
+}
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// Up starts every part that is not already running and returns once the
+// mount (if any) is usable.
+func Up(o Options) (*Layout, error) {
+	if o.Servers == 0 {
+		o.Servers = 2
+	}
+	if o.TargetsPerServer == 0 {
+		o.TargetsPerServer = 2
+	}
+	if o.Servers < 1 || o.TargetsPerServer < 1 {
+		return nil, fmt.Errorf("need at least one server and one target per server")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 60 * time.Second
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		o.Binary = exe
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	o.Dir = dir
+	for _, d := range []string{"logs", "run", "meta", "storage"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	l, err := o.layout()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := rpc.ReadSecretFile(l.SecretFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.startMeta(l, secret); err != nil {
+		return nil, err
+	}
+	if err := o.startStorage(l, secret); err != nil {
+		return nil, err
+	}
+	if o.Mount != "" {
+		if err := o.startMount(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// layout loads cluster.json or creates it (with the secret and free ports).
+func (o *Options) layout() (*Layout, error) {
+	if l, err := LoadLayout(o.Dir); err == nil {
+		if o.Mount != "" {
+			mnt, err := filepath.Abs(o.Mount)
+			if err != nil {
+				return nil, err
+			}
+			l.Mount = mnt
+		}
+		return l, saveLayout(o.Dir, l)
+	}
+	secretFile := filepath.Join(o.Dir, "secret")
+	if _, err := os.Stat(secretFile); errors.Is(err, os.ErrNotExist) {
+		s, err := rpc.NewSecret()
+		if err != nil {
+			return nil, err
+		}
+		if err := rpc.WriteSecretFile(secretFile, s); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := freePorts(2 + o.Servers)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layout{MetaAddr: ports[0], RaftAddr: ports[1], SecretFile: secretFile}
+	for i := 0; i < o.Servers; i++ {
+		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2+i]}
+		for j := 0; j < o.TargetsPerServer; j++ {
+			s.Targets = append(s.Targets, filepath.Join(o.Dir, "storage", s.Name, fmt.Sprintf("target%d", j+1)))
+		}
+		l.Servers = append(l.Servers, s)
+	}
+	if o.Mount != "" {
+		if l.Mount, err = filepath.Abs(o.Mount); err != nil {
+			return nil, err
+		}
+	}
+	return l, saveLayout(o.Dir, l)
+}
+
+func saveLayout(dir string, l *Layout) error {
+	b, _ := json.MarshalIndent(l, "", "  ")
+	tmp := filepath.Join(dir, "cluster.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "cluster.json"))
+}
+
+// freePorts reserves n loopback ports by binding and releasing them.
+func freePorts(n int) ([]string, error) {
+	var out []string
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	return out, nil
+}
+
+func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
+	args := []string{"meta", "--data", filepath.Join(o.Dir, "meta"), "--listen", l.MetaAddr,
+		"--raft-listen", l.RaftAddr, "--secret-file", l.SecretFile}
+	if o.InlineMax != "" {
+		args = append(args, "--inline-max", o.InlineMax)
+	}
+	if o.NoInline {
+		args = append(args, "--no-inline")
+	}
+	if o.ChunkSize != "" {
+		args = append(args, "--chunk-size", o.ChunkSize)
+	}
+	if o.StripeCount > 0 {
+		args = append(args, "--stripe-count", strconv.Itoa(o.StripeCount))
+	}
+	started, err := o.start("meta", args)
+	if err != nil {
+		return err
+	}
+	if started {
+		o.progress("started metadata service on %s", l.MetaAddr)
+	}
+	return o.waitFor("meta", "the metadata service to answer", func() error {
+		_, err := fetchMap(l.MetaAddr, secret)
+		return err
+	})
+}
+
+func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
+	want := 0
+	for _, s := range l.Servers {
+		args := []string{"storage", "--listen", s.Listen, "--meta", l.MetaAddr, "--secret-file", l.SecretFile,
+			"--state", filepath.Join(o.Dir, "storage", s.Name)}
+		for _, t := range s.Targets {
+			if err := os.MkdirAll(t, 0o700); err != nil {
+				return err
+			}
+			args = append(args, "--target", t)
+		}
+		started, err := o.start(s.Name, args)
+		if err != nil {
+			return err
+		}
+		if started {
+			o.progress("started %s on %s with %d targets", s.Name, s.Listen, len(s.Targets))
+		}
+		want += len(s.Targets)
+	}
+	return o.waitFor("storage1", fmt.Sprintf("%d storage targets to come online", want), func() error {
+		m, err := fetchMap(l.MetaAddr, secret)
+		if err != nil {
+			return err
+		}
+		online := 0
+		for _, t := range m.Targets {
+			if t.State == proto.TargetOnline {
+				online++
+			}
+		}
+		if online < want {
+			return fmt.Errorf("%d of %d targets online", online, want)
+		}
+		return nil
+	})
+}
+
+func (o *Options) startMount(l *Layout) error {
+	if err := os.MkdirAll(l.Mount, 0o755); err != nil && !isStaleMount(l.Mount) {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	if isTandemMount(l.Mount) && running(o.Dir, "mount") {
+		return nil
+	}
+	if isStaleMount(l.Mount) {
+		o.progress("cleaning up a stale mount at %s", l.Mount)
+		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
+	}
+	args := []string{"mount", "--meta", l.MetaAddr, "--secret-file", l.SecretFile, l.Mount}
+	if _, err := o.start("mount", args); err != nil {
+		return err
+	}
+	if err := o.waitFor("mount", "the mount at "+l.Mount, func() error {
+		if !isTandemMount(l.Mount) {
+			return errors.New("not mounted yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	o.progress("mounted at %s", l.Mount)
+	return nil
+}
+
+// start launches `tandem ARGS` in the background unless a process of that
+// name is already running; it reports whether it started one.
+func (o *Options) start(name string, args []string) (bool, error) {
+	if running(o.Dir, name) {
+		return false, nil
+	}
+	logPath := filepath.Join(o.Dir, "logs", name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return false, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(o.Binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return false, fmt.Errorf("starting %s: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(pidFile(o.Dir, name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		return false, err
+	}
+	go cmd.Wait() // reap it if it exits while we are still running
+	return true, nil
+}
+
+// waitFor polls check until it succeeds, the process dies, or time runs out.
+func (o *Options) waitFor(name, what string, check func() error) error {
+	deadline := time.Now().Add(o.Timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return nil
+		}
+		if !running(o.Dir, name) {
+			return fmt.Errorf("%s exited while waiting for %s; its log %s ends with:\n%s",
+				name, what, logPath(o.Dir, name), tail(logPath(o.Dir, name), 15))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out after %v waiting for %s (%v); see %s", o.Timeout, what, err, logPath(o.Dir, name))
+}
+
+func logPath(dir, name string) string { return filepath.Join(dir, "logs", name+".log") }
+func pidFile(dir, name string) string { return filepath.Join(dir, "run", name+".pid") }
+
+// readPid returns the recorded PID of name, or 0.
+func readPid(dir, name string) int {
+	b, err := os.ReadFile(pidFile(dir, name))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// running reports whether the recorded process of name is alive and still
+// a tandem process (PIDs get reused).
+func running(dir, name string) bool {
+	pid := readPid(dir, name)
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(b), "tandem") {
+		return false
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+			return false // a zombie has exited
+		}
+	}
+	return true
+}
+
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+const fuseSuperMagic = 0x65735546
+
+func isTandemMount(dir string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(dir, &st) == nil && st.Type == fuseSuperMagic
+}
+
+func isStaleMount(dir string) bool {
+	var st syscall.Stat_t
+	err := syscall.Stat(dir, &st)
+	return errors.Is(err, syscall.ENOTCONN)
+}
+
+func fetchMap(addr string, secret rpc.Secret) (*proto.ClusterMap, error) {
+	c := rpc.NewClient(addr, secret)
+	c.CallTimeout = 5 * time.Second
+	defer c.Close()
+	var m proto.ClusterMap
+	err := c.Call(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
+	return &m, err
+}

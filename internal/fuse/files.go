@@ -1,0 +1,116 @@
+package fuse
+
+import (
+	"syscall"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"tandemfs/internal/client"
+	"tandemfs/internal/proto"
+)
+
+func (fs *FS) addFile(h *client.Handle) uint64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.nextFh++
+	fs.files[fs.nextFh] = h
+	return fs.nextFh
+}
+
+func (fs *FS) file(fh uint64) *client.Handle {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.files[fh]
+}
+
+func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
+	n, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFREG|(in.Mode&^in.Umask&07777), 0, "", &out.EntryOut)
+	if !st.Ok() {
+		return st
+	}
+	h, err := fs.c.Open(n, in.Flags&^syscall.O_TRUNC)
+	if err != nil {
+		return status(err)
+	}
+	out.Fh = fs.addFile(h)
+	return gofuse.OK
+}
+
+func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	n, err := fs.c.GetAttr(in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return gofuse.EISDIR
+	}
+	h, err := fs.c.Open(n, in.Flags)
+	if err != nil {
+		return status(err)
+	}
+	out.Fh = fs.addFile(h)
+	return gofuse.OK
+}
+
+func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
+	h := fs.file(in.Fh)
+	if h == nil {
+		return nil, gofuse.EBADF
+	}
+	n, err := h.Read(buf[:in.Size], in.Offset)
+	if err != nil {
+		return nil, status(err)
+	}
+	return gofuse.ReadResultData(buf[:n]), gofuse.OK
+}
+
+func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
+	h := fs.file(in.Fh)
+	if h == nil {
+		return 0, gofuse.EBADF
+	}
+	n, err := h.Write(data, in.Offset)
+	return uint32(n), status(err)
+}
+
+func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
+	h := fs.file(in.Fh)
+	if h == nil {
+		return gofuse.EBADF
+	}
+	return status(h.Flush())
+}
+
+func (fs *FS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	h := fs.file(in.Fh)
+	if h == nil {
+		return gofuse.EBADF
+	}
+	return status(h.Fsync())
+}
+
+func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
+	fs.mu.Lock()
+	h := fs.files[in.Fh]
+	delete(fs.files, in.Fh)
+	fs.mu.Unlock()
+	if h != nil {
+		h.Release()
+	}
+}
+
+// Fallocate supports mode 0 (allocate, extending the size); TandemFS
+// allocates chunk space on write, so nothing is reserved in advance.
+func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
+	if in.Mode != 0 {
+		return gofuse.Status(syscall.EOPNOTSUPP)
+	}
+	n, err := fs.c.GetAttr(in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	if end := in.Offset + in.Length; end > n.Size {
+		_, err = fs.c.SetAttr(&proto.SetAttrReq{Ino: in.NodeId, Valid: proto.SetSize, Size: end})
+	}
+	return status(err)
+}

@@ -1,0 +1,378 @@
+// Package fuse mounts a TandemFS client as a Linux file system with
+// go-fuse's raw protocol API. FUSE node IDs are TandemFS inode numbers, so
+// the adapter keeps no tree in memory: every request names an inode and is
+// translated into one client library call.
+package fuse
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"tandemfs/internal/client"
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// Kernel cache lifetimes. Attributes and names are cached for a second,
+// which keeps stat-heavy workloads off the metadata service while bounding
+// how stale another client's view can be (like NFS's actimeo).
+const (
+	entryTimeout = time.Second
+	attrTimeout  = time.Second
+)
+
+// FS implements gofuse.RawFileSystem over a client.
+type FS struct {
+	gofuse.RawFileSystem // ENOSYS for what is not implemented
+	c                    *client.Client
+
+	mu      sync.Mutex
+	nextFh  uint64
+	files   map[uint64]*client.Handle
+	dirs    map[uint64]*dirHandle
+}
+
+// New returns a file system serving c.
+func New(c *client.Client) *FS {
+	return &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c,
+		files: map[uint64]*client.Handle{}, dirs: map[uint64]*dirHandle{}}
+}
+
+func (fs *FS) String() string { return "tandem" }
+
+func status(err error) gofuse.Status {
+	if err == nil {
+		return gofuse.OK
+	}
+	return gofuse.Status(rpc.ErrnoOf(err))
+}
+
+func fillAttr(n *proto.Inode, a *gofuse.Attr) {
+	a.Ino = n.Ino
+	a.Size = n.Size
+	a.Blocks = (n.Size + 511) / 512
+	a.Mode = n.Mode
+	a.Nlink = n.Nlink
+	a.Owner = gofuse.Owner{Uid: n.Uid, Gid: n.Gid}
+	a.Rdev = n.Rdev
+	a.Atime, a.Atimensec = uint64(n.Atime/1e9), uint32(n.Atime%1e9)
+	a.Mtime, a.Mtimensec = uint64(n.Mtime/1e9), uint32(n.Mtime%1e9)
+	a.Ctime, a.Ctimensec = uint64(n.Ctime/1e9), uint32(n.Ctime%1e9)
+	a.Blksize = 4096
+	if n.Mode&syscall.S_IFMT == syscall.S_IFREG && n.Stripe.ChunkSize > 0 {
+		a.Blksize = min(n.Stripe.ChunkSize, 1<<20)
+	}
+}
+
+func fillEntry(n *proto.Inode, out *gofuse.EntryOut) {
+	out.NodeId = n.Ino
+	out.SetEntryTimeout(entryTimeout)
+	out.SetAttrTimeout(attrTimeout)
+	fillAttr(n, &out.Attr)
+}
+
+func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) gofuse.Status {
+	n, err := fs.c.Lookup(h.NodeId, name)
+	if err != nil {
+		return status(err)
+	}
+	fs.c.OverlayAttr(n)
+	fillEntry(n, out)
+	return gofuse.OK
+}
+
+func (fs *FS) Forget(nodeid, nlookup uint64) {}
+
+func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	n, err := fs.c.GetAttr(in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	fillAttr(n, &out.Attr)
+	out.SetTimeout(attrTimeout)
+	return gofuse.OK
+}
+
+func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	r := proto.SetAttrReq{Ino: in.NodeId}
+	v := in.Valid
+	if v&gofuse.FATTR_MODE != 0 {
+		r.Valid |= proto.SetMode
+		r.Mode = in.Mode
+	}
+	if v&gofuse.FATTR_UID != 0 {
+		r.Valid |= proto.SetUid
+		r.Uid = in.Uid
+	}
+	if v&gofuse.FATTR_GID != 0 {
+		r.Valid |= proto.SetGid
+		r.Gid = in.Gid
+	}
+	if v&gofuse.FATTR_SIZE != 0 {
+		r.Valid |= proto.SetSize
+		r.Size = in.Size
+	}
+	if v&gofuse.FATTR_ATIME_NOW != 0 {
+		r.Valid |= proto.SetAtimeNow
+	} else if v&gofuse.FATTR_ATIME != 0 {
+		r.Valid |= proto.SetAtime
+		r.Atime = int64(in.Atime)*1e9 + int64(in.Atimensec)
+	}
+	if v&gofuse.FATTR_MTIME_NOW != 0 {
+		r.Valid |= proto.SetMtimeNow
+	} else if v&gofuse.FATTR_MTIME != 0 {
+		r.Valid |= proto.SetMtime
+		r.Mtime = int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+	}
+	if v&gofuse.FATTR_CTIME != 0 {
+		r.Valid |= proto.SetCtime
+		r.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
+	}
+	if v&gofuse.FATTR_KILL_SUIDGID != 0 && r.Valid&proto.SetMode == 0 {
+		if cur, err := fs.c.GetAttr(in.NodeId); err == nil {
+			if m := killSuidGid(cur.Mode); m != cur.Mode {
+				r.Valid |= proto.SetMode
+				r.Mode = m
+			}
+		}
+	}
+	n, err := fs.c.SetAttr(&r)
+	if err != nil {
+		return status(err)
+	}
+	fillAttr(n, &out.Attr)
+	out.SetTimeout(attrTimeout)
+	return gofuse.OK
+}
+
+// killSuidGid clears set-user-ID, and set-group-ID when group execute is
+// set, as a write or chown by an unprivileged user must.
+func killSuidGid(mode uint32) uint32 {
+	mode &^= syscall.S_ISUID
+	if mode&syscall.S_IXGRP != 0 {
+		mode &^= syscall.S_ISGID
+	}
+	return mode
+}
+
+func creds(h *gofuse.InHeader) proto.Creds { return proto.Creds{Uid: h.Uid, Gid: h.Gid} }
+
+func (fs *FS) create(h *gofuse.InHeader, parent uint64, name string, mode, rdev uint32, target string, out *gofuse.EntryOut) (*proto.Inode, gofuse.Status) {
+	n, err := fs.c.Create(&proto.CreateReq{Parent: parent, Name: name, Mode: mode, Rdev: rdev, Target: target, Creds: creds(h)})
+	if err != nil {
+		return nil, status(err)
+	}
+	fillEntry(n, out)
+	return n, gofuse.OK
+}
+
+func (fs *FS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	_, st := fs.create(&in.InHeader, in.NodeId, name, in.Mode&^in.Umask, in.Rdev, "", out)
+	return st
+}
+
+func (fs *FS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	_, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFDIR|(in.Mode&^in.Umask&07777), 0, "", out)
+	return st
+}
+
+func (fs *FS) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
+	_, st := fs.create(h, h.NodeId, name, syscall.S_IFLNK|0o777, 0, target, out)
+	return st
+}
+
+func (fs *FS) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofuse.Status) {
+	n, err := fs.c.GetAttr(h.NodeId)
+	if err != nil {
+		return nil, status(err)
+	}
+	if n.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return nil, gofuse.EINVAL
+	}
+	return []byte(n.Target), gofuse.OK
+}
+
+func (fs *FS) Unlink(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	return status(fs.c.Unlink(h.NodeId, name, false))
+}
+
+func (fs *FS) Rmdir(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	return status(fs.c.Unlink(h.NodeId, name, true))
+}
+
+// Linux renameat2 flags.
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+	renameWhiteout  = 4
+)
+
+func (fs *FS) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
+	if in.Flags&renameWhiteout != 0 {
+		return gofuse.EINVAL
+	}
+	var flags uint32
+	if in.Flags&renameNoReplace != 0 {
+		flags |= proto.RenameNoReplace
+	}
+	if in.Flags&renameExchange != 0 {
+		flags |= proto.RenameExchange
+	}
+	return status(fs.c.Rename(in.NodeId, oldName, in.Newdir, newName, flags))
+}
+
+func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	n, err := fs.c.Link(in.Oldnodeid, in.NodeId, name)
+	if err != nil {
+		return status(err)
+	}
+	fs.c.OverlayAttr(n)
+	fillEntry(n, out)
+	return gofuse.OK
+}
+
+// Access answers access(2) from the mode bits (the kernel normally checks
+// itself, as the file system is mounted with default_permissions).
+func (fs *FS) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status {
+	n, err := fs.c.GetAttr(in.NodeId)
+	if err != nil {
+		return status(err)
+	}
+	if in.Uid == 0 {
+		if in.Mask&1 != 0 && n.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.Mode&0o111 == 0 {
+			return gofuse.EACCES
+		}
+		return gofuse.OK
+	}
+	perm := n.Mode & 7
+	if in.Uid == n.Uid {
+		perm = (n.Mode >> 6) & 7
+	} else if in.Gid == n.Gid {
+		perm = (n.Mode >> 3) & 7
+	}
+	if in.Mask&^perm&7 != 0 {
+		return gofuse.EACCES
+	}
+	return gofuse.OK
+}
+
+func (fs *FS) StatFs(cancel <-chan struct{}, h *gofuse.InHeader, out *gofuse.StatfsOut) gofuse.Status {
+	r, err := fs.c.StatFs()
+	if err != nil {
+		return status(err)
+	}
+	const bs = 4096
+	out.Bsize, out.Frsize, out.NameLen = bs, bs, proto.MaxName
+	out.Blocks = r.TotalBytes / bs
+	out.Bfree = r.FreeBytes / bs
+	out.Bavail = out.Bfree
+	out.Files = r.Inodes + 1<<32
+	out.Ffree = 1 << 32
+	return gofuse.OK
+}
+
+// Virtual extended attributes: `tandem stripe` reads and sets striping
+// through them, so it needs nothing but a path on the mount.
+const (
+	xattrStripe = "user.tandem.stripe" // get/set on a directory: {"chunk_size":..,"count":..}
+	xattrLayout = "user.tandem.layout" // get: the pattern and, for a file, where it lives
+)
+
+// Layout is the JSON of user.tandem.layout.
+type Layout struct {
+	ChunkSize uint32   `json:"chunk_size"`
+	Count     uint32   `json:"count"`
+	Replicas  uint32   `json:"replicas"`
+	Inline    bool     `json:"inline"`
+	Chains    []uint32 `json:"chains,omitempty"`
+	Targets   []uint32 `json:"targets"`
+}
+
+func (fs *FS) layout(ino uint64) ([]byte, error) {
+	n, err := fs.c.GetAttr(ino)
+	if err != nil {
+		return nil, err
+	}
+	l := Layout{ChunkSize: n.Stripe.ChunkSize, Count: n.Stripe.Count, Replicas: n.Stripe.Replicas,
+		Inline: n.Inline, Targets: []uint32{}}
+	if n.Mode&syscall.S_IFMT == syscall.S_IFREG && !n.Inline {
+		l.Chains = n.Chains
+		l.Count = uint32(len(n.Chains))
+		m := fs.c.ClusterMap()
+		for _, id := range n.Chains {
+			for _, ch := range m.Chains {
+				if ch.ID == id {
+					l.Targets = append(l.Targets, ch.Targets...)
+				}
+			}
+		}
+	}
+	return json.Marshal(l)
+}
+
+func (fs *FS) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, dest []byte) (uint32, gofuse.Status) {
+	var v []byte
+	var err error
+	switch attr {
+	case xattrStripe, xattrLayout:
+		v, err = fs.layout(h.NodeId)
+	default:
+		v, err = fs.c.GetXattr(h.NodeId, attr)
+	}
+	if err != nil {
+		return 0, status(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), gofuse.ERANGE
+	}
+	return uint32(copy(dest, v)), gofuse.OK
+}
+
+func (fs *FS) ListXAttr(cancel <-chan struct{}, h *gofuse.InHeader, dest []byte) (uint32, gofuse.Status) {
+	names, err := fs.c.ListXattr(h.NodeId)
+	if err != nil {
+		return 0, status(err)
+	}
+	var b []byte
+	for _, n := range names {
+		b = append(append(b, n...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), gofuse.ERANGE
+	}
+	return uint32(copy(dest, b)), gofuse.OK
+}
+
+func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
+	if attr == xattrStripe {
+		var s struct {
+			ChunkSize uint32 `json:"chunk_size"`
+			Count     uint32 `json:"count"`
+			Replicas  uint32 `json:"replicas"`
+		}
+		if err := json.Unmarshal(data, &s); err != nil {
+			return gofuse.EINVAL
+		}
+		return status(fs.c.SetStripe(in.NodeId, proto.Stripe{ChunkSize: s.ChunkSize, Count: s.Count, Replicas: s.Replicas}))
+	}
+	if strings.HasPrefix(attr, "user.tandem.") {
+		return gofuse.EPERM
+	}
+	var flags uint32
+	if in.Flags&1 != 0 { // XATTR_CREATE
+		flags |= proto.XattrCreate
+	}
+	if in.Flags&2 != 0 { // XATTR_REPLACE
+		flags |= proto.XattrReplace
+	}
+	return status(fs.c.SetXattr(in.NodeId, attr, data, flags))
+}
+
+func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string) gofuse.Status {
+	return status(fs.c.RemoveXattr(h.NodeId, attr))
+}
