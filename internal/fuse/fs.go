@@ -31,10 +31,10 @@ type FS struct {
 	gofuse.RawFileSystem // ENOSYS for what is not implemented
 	c                    *client.Client
 
-	mu      sync.Mutex
-	nextFh  uint64
-	files   map[uint64]*client.Handle
-	dirs    map[uint64]*dirHandle
+	mu     sync.Mutex
+	nextFh uint64
+	files  map[uint64]*client.Handle
+	dirs   map[uint64]*dirHandle
 }
 
 // New returns a file system serving c.
