@@ -1,0 +1,33 @@
+# TandemFS build and test entry points. See README.md.
+GO      ?= go
+BIN     := bin/tandem
+DATA    ?= ./tandem-data
+MNT     ?= ./mnt
+
+.PHONY: all build up down status test test-short deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tandem
+
+# Build and start a one-machine cluster mounted at ./mnt.
+up: deps build
+	$(BIN) up --data $(DATA) --mount $(MNT)
+
+down:
+	$(BIN) down --data $(DATA)
+
+status:
+	$(BIN) status --data $(DATA)
+
+# Everything CI runs: formatting, vet, unit tests, integration tests on
+# real FUSE mounts of real multi-process clusters, all with the race detector.
+test: deps
+	scripts/test.sh
+
+deps:
+	scripts/install-deps.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# test.sh - the whole test run (what CI runs): gofmt, go vet, and every
+# test with the race detector. Integration tests start real clusters
+# (separate processes on loopback TCP) and mount them with FUSE; they are
+# skipped when not running as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+    echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+go test -race -timeout 25m "$@" ./...
