@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/storage"
+)
+
+func init() {
+	var (
+		listen, advertise, meta, secretFile, state string
+		targets                                    []string
+		heartbeat                                  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "storage --listen ADDR --meta ADDR[,ADDR] --secret-file FILE --target DIR [--target DIR ...]",
+		Short: "Run a storage server: serve chunks from target directories",
+		Long: `Run a storage server in the foreground until SIGTERM or SIGINT.
+
+Each --target is a directory on a local file system (XFS or ext4 on RAID or
+NVMe) that must exist; its first use formats it (target.json). The server
+registers its targets with the metadata service and heartbeats to it; while
+the metadata service is unreachable it keeps retrying and serves the targets
+it was registered with before.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var missing []string
+			for _, f := range []string{"listen", "meta", "secret-file", "target"} {
+				if !cmd.Flags().Changed(f) {
+					missing = append(missing, "--"+f)
+				}
+			}
+			if len(missing) > 0 {
+				return &exitError{2, fmt.Errorf("storage: missing %s", strings.Join(missing, ", "))}
+			}
+			var metas []string
+			for _, a := range strings.Split(meta, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					metas = append(metas, a)
+				}
+			}
+			if len(metas) == 0 {
+				return &exitError{2, errors.New("storage: --meta names no address")}
+			}
+			for _, dir := range targets {
+				if err := checkTargetDir(dir); err != nil {
+					return err
+				}
+			}
+			secret, err := rpc.ReadSecretFile(secretFile)
+			if err != nil {
+				return err
+			}
+			logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+			svc, err := storage.Start(storage.Config{
+				Listen:            listen,
+				AdvertiseAddr:     advertise,
+				MetaAddrs:         metas,
+				Secret:            secret,
+				TargetDirs:        targets,
+				StateDir:          state,
+				HeartbeatInterval: heartbeat,
+				Logf:              logger.Printf,
+			})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			<-ctx.Done()
+			logger.Printf("storage: shutting down")
+			return svc.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "TCP address to serve on, e.g. :8003")
+	f.StringVar(&advertise, "advertise", "", "address clients should use (default: the listen address, or the local address towards the metadata service)")
+	f.StringVar(&meta, "meta", "", "metadata service address(es), comma-separated")
+	f.StringVar(&secretFile, "secret-file", "", "file holding the cluster secret (mode 0600)")
+	f.StringArrayVar(&targets, "target", nil, "target directory (repeat for several)")
+	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
+	f.DurationVar(&heartbeat, "heartbeat", 2*time.Second, "interval between heartbeats to the metadata service")
+	rootCmd.AddCommand(cmd)
+}
+
+// checkTargetDir fails early, naming the directory, if a target cannot be
+// used; the engine would fail too, but less directly.
+func checkTargetDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("storage: target directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("storage: target %s is not a directory", dir)
+	}
+	if err := syscall.Access(dir, 7 /* R_OK|W_OK|X_OK */); err != nil {
+		return fmt.Errorf("storage: target directory %s is not readable and writable: %w", dir, err)
+	}
+	return nil
+}

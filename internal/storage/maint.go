@@ -1,0 +1,234 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Truncate cuts or extends chunk idx of file ino to size bytes. Extending
+// adds a hole. Truncating a missing chunk to 0 does nothing.
+func (t *Target) Truncate(ino, idx uint64, size int64) error {
+	if size < 0 || size > MaxChunkSize {
+		return fmt.Errorf("truncate to %d bytes: %w", size, syscall.EINVAL)
+	}
+	k := chunkKey{ino, idx}
+	err := t.withChunk(k, size > 0, true, func(ch *chunk) error {
+		if ch == nil {
+			return nil
+		}
+		return t.truncateLocked(ch, size)
+	})
+	return t.chunkErr("truncate", k, err)
+}
+
+func (t *Target) truncateLocked(ch *chunk, size int64) error {
+	old := ch.size
+	if size == old {
+		return nil
+	}
+	oldBlocks := blocksIn(old)
+	if size > old {
+		// The old last block stays valid (its checksum counts the
+		// zeros it grows by); the new blocks are holes, whose entries
+		// must read {0, 0}.
+		if ch.sumSize > oldBlocks*entrySize {
+			if err := ch.sum.Truncate(oldBlocks * entrySize); err != nil {
+				return t.resync(ch, err)
+			}
+			ch.sumSize = oldBlocks * entrySize
+		}
+		if err := ch.data.Truncate(size); err != nil {
+			return t.resync(ch, err)
+		}
+		ch.size = size
+		return nil
+	}
+	if size&blockMask != 0 {
+		// The new last block loses its tail: record {old, new} before
+		// cutting, as a write does.
+		b := size / BlockSize
+		var eb [entrySize]byte
+		if err := ch.readEntries(eb[:], b); err != nil {
+			return err
+		}
+		bp := getBuf(BlockSize)
+		defer putBuf(bp)
+		blk := (*bp)[:min(BlockSize, old-b*BlockSize)]
+		oldCRC, err := t.readVerified(ch, blk, b*BlockSize, getEntry(eb[:], 0))
+		if err != nil {
+			return err
+		}
+		putEntry(eb[:], 0, entry{oldCRC, blockCRC(blk[:size-b*BlockSize])})
+		if _, err := ch.sum.WriteAt(eb[:], b*entrySize); err != nil {
+			return t.resync(ch, err)
+		}
+		ch.sumSize = max(ch.sumSize, (b+1)*entrySize)
+	}
+	if err := ch.data.Truncate(size); err != nil {
+		return t.resync(ch, err)
+	}
+	ch.size = size
+	if n := blocksIn(size) * entrySize; ch.sumSize > n {
+		if err := ch.sum.Truncate(n); err != nil {
+			return t.resync(ch, err)
+		}
+		ch.sumSize = n
+	}
+	return nil
+}
+
+// Sync makes the listed chunks of file ino durable: their data, their
+// checksums and, for chunks created since the last Sync, their directory
+// entries. No indexes means every chunk of the file on this target.
+func (t *Target) Sync(ino uint64, indexes []uint64) error {
+	if len(indexes) == 0 {
+		var err error
+		if indexes, err = t.listChunks(ino); err != nil {
+			return fmt.Errorf("sync file %d on target %s: %w", ino, t.dir, err)
+		}
+	}
+	for _, idx := range indexes {
+		k := chunkKey{ino, idx}
+		ch, err := t.acquire(k, false)
+		if err != nil {
+			return t.chunkErr("sync", k, err)
+		}
+		if ch == nil {
+			continue // nothing written: a hole is durable as it is
+		}
+		// No chunk lock: fsync may run alongside writes, and the
+		// reference keeps the files open.
+		err = ch.data.Sync()
+		if err == nil {
+			err = ch.sum.Sync()
+		}
+		t.cache.release(ch)
+		if err != nil {
+			t.logf("storage: target %s: fsync of chunk %d/%d failed: %v", t.dir, ino, idx, err)
+			return t.chunkErr("sync", k, err)
+		}
+	}
+	if err := t.syncDirs(ino); err != nil {
+		return fmt.Errorf("sync directory of file %d on target %s: %w", ino, t.dir, err)
+	}
+	return nil
+}
+
+func (t *Target) syncDirs(ino uint64) error {
+	t.dirtyMu.Lock()
+	s := t.dirty[ino]
+	delete(t.dirty, ino)
+	t.dirtyMu.Unlock()
+	if s == 0 {
+		return nil
+	}
+	dir := t.inoDir(ino)
+	var err error
+	if s&dirtyInoDir != 0 {
+		err = t.fs.SyncDir(dir)
+	}
+	if err == nil && s&dirtyParentDir != 0 {
+		err = t.fs.SyncDir(filepath.Dir(dir))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // deleted meanwhile
+	}
+	if err != nil {
+		t.markDirty(ino, s)
+	}
+	return err
+}
+
+// listChunks returns the indexes of the chunks of ino stored here.
+func (t *Target) listChunks(ino uint64) ([]uint64, error) {
+	names, err := t.fs.ReadDirNames(t.inoDir(ino))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var idxs []uint64
+	for _, n := range names {
+		if idx, err := strconv.ParseUint(n, 10, 64); err == nil {
+			idxs = append(idxs, idx)
+		}
+	}
+	return idxs, nil
+}
+
+// Delete removes the chunks of file ino whose index is at least from, and
+// the file's directory once it is empty. The removal is durable on return,
+// so that a crash cannot bring back chunks a later extension would expose.
+func (t *Target) Delete(ino, from uint64) error {
+	if t.closed.Load() {
+		return errClosed
+	}
+	l := t.inoLock(ino)
+	l.Lock()
+	defer l.Unlock()
+	if err := t.deleteLocked(ino, from); err != nil {
+		return fmt.Errorf("delete chunks %d/%d.. on target %s: %w", ino, from, t.dir, err)
+	}
+	return nil
+}
+
+func (t *Target) deleteLocked(ino, from uint64) error {
+	dir := t.inoDir(ino)
+	names, err := t.fs.ReadDirNames(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var doomed []string
+	kept := 0
+	for _, n := range names {
+		idx, err := strconv.ParseUint(strings.TrimSuffix(n, ".sum"), 10, 64)
+		if err != nil || idx < from {
+			kept++
+			continue
+		}
+		doomed = append(doomed, n)
+		if !strings.HasSuffix(n, ".sum") {
+			t.retire(chunkKey{ino, idx})
+		}
+	}
+	for _, n := range doomed {
+		if err := t.fs.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if kept > 0 {
+		if len(doomed) > 0 {
+			return t.fs.SyncDir(dir)
+		}
+		return nil
+	}
+	if err := t.fs.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	t.dirtyMu.Lock()
+	delete(t.dirty, ino)
+	t.dirtyMu.Unlock()
+	return t.fs.SyncDir(filepath.Dir(dir))
+}
+
+// retire takes chunk k out of the cache and waits for operations using it
+// to finish; operations that come later open the chunk afresh.
+func (t *Target) retire(k chunkKey) {
+	ch := t.cache.take(k)
+	if ch == nil {
+		return
+	}
+	ch.mu.Lock()
+	ch.dead.Store(true)
+	ch.mu.Unlock()
+	t.cache.release(ch)
+}

@@ -1,0 +1,159 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// run registers with the metadata service, retrying until it answers, then
+// heartbeats every interval. A heartbeat the metadata service refuses (it
+// lost or never had our registration) triggers a new registration.
+func (s *Service) run() {
+	defer s.wg.Done()
+	for {
+		for !s.register() {
+			if !s.sleep(s.cfg.RetryInterval) {
+				return
+			}
+		}
+		if !s.heartbeatUntilRefused() {
+			return
+		}
+	}
+}
+
+// sleep waits d and reports whether the service is still running.
+func (s *Service) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *Service) targetInfos() []proto.TargetInfo {
+	infos := make([]proto.TargetInfo, len(s.targets))
+	for i, tg := range s.targets {
+		infos[i] = proto.TargetInfo{UUID: tg.UUID(), Path: tg.Dir()}
+		total, free, err := tg.Capacity()
+		if err != nil {
+			s.logf("storage: target %s: capacity: %v", tg.Dir(), err)
+			continue // reported as 0 bytes: the metadata service places nothing there
+		}
+		infos[i].TotalBytes, infos[i].FreeBytes = total, free
+	}
+	return infos
+}
+
+// register sends OpRegisterServer and adopts the IDs it returns.
+func (s *Service) register() bool {
+	req := proto.RegisterServerReq{UUID: s.uuid, Addr: s.addr, Targets: s.targetInfos()}
+	var rep proto.RegisterServerReply
+	addr, err := s.callMeta(proto.OpRegisterServer, req.Encode, func(d *wire.Dec) error {
+		rep.Decode(d)
+		return d.Err()
+	})
+	if err != nil {
+		s.logf("storage: cannot register with the metadata service: %v; retrying in %v", explainMetaErr(err), s.cfg.RetryInterval)
+		return false
+	}
+	if len(rep.TargetIDs) != len(s.targets) {
+		s.logf("storage: metadata service at %s answered registration with %d target IDs for %d targets; retrying in %v",
+			addr, len(rep.TargetIDs), len(s.targets), s.cfg.RetryInterval)
+		return false
+	}
+	var ids []string
+	for i, tg := range s.targets {
+		if old := tg.ID(); old != 0 && old != rep.TargetIDs[i] {
+			s.logf("storage: target %s changes ID from %d to %d", tg.Dir(), old, rep.TargetIDs[i])
+		}
+		if err := tg.SetID(rep.TargetIDs[i]); err != nil {
+			s.logf("storage: %v; retrying in %v", err, s.cfg.RetryInterval)
+			return false
+		}
+		ids = append(ids, fmt.Sprintf("%s=%d", tg.Dir(), rep.TargetIDs[i]))
+	}
+	s.indexTargets()
+	s.serverID.Store(rep.ServerID)
+	s.logf("storage: registered with the metadata service at %s as server %d; targets %s", addr, rep.ServerID, strings.Join(ids, ", "))
+	s.regOnce.Do(func() { close(s.reg) })
+	return true
+}
+
+// heartbeatUntilRefused heartbeats until the service stops (false) or the
+// metadata service refuses a heartbeat (true: register again).
+func (s *Service) heartbeatUntilRefused() bool {
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	failures := 0
+	for {
+		select {
+		case <-s.stop:
+			return false
+		case <-tick.C:
+		}
+		req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Targets: s.targetInfos()}
+		_, err := s.callMeta(proto.OpHeartbeat, req.Encode, nil)
+		var re *rpc.Error
+		switch {
+		case err == nil:
+			if failures > 0 {
+				s.logf("storage: heartbeats to the metadata service resumed after %d failure(s)", failures)
+			}
+			failures = 0
+		case errors.As(err, &re):
+			s.logf("storage: metadata service refused our heartbeat (%v); registering again", err)
+			return true
+		default:
+			// Log the first failure and then about every 30 s, not
+			// every interval: a long outage must not flood the log.
+			if failures%max(1, int(30*time.Second/s.cfg.HeartbeatInterval)) == 0 {
+				s.logf("storage: heartbeat failed: %v", explainMetaErr(err))
+			}
+			failures++
+		}
+	}
+}
+
+// callMeta calls op on the metadata replicas, starting with the one that
+// answered last, and returns the address of the one that answered.
+func (s *Service) callMeta(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) (string, error) {
+	var errs []error
+	for i := range s.metas {
+		c := s.metas[(s.metaNext+i)%len(s.metas)]
+		err := c.Call(op, enc, dec)
+		if err == nil {
+			s.metaNext = (s.metaNext + i) % len(s.metas)
+			return c.Addr, nil
+		}
+		var re *rpc.Error
+		if errors.As(err, &re) {
+			err = fmt.Errorf("metadata service at %s: %w", c.Addr, err)
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
+// explainMetaErr makes a failed call to the metadata service say what to
+// check: a secret mismatch reads very differently from a service that is
+// not running.
+func explainMetaErr(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if errors.Is(err, rpc.ErrAuth) {
+		return msg + " — the cluster secrets differ: check --secret-file against the metadata service's"
+	}
+	if rpc.IsNetError(err) {
+		return "metadata service unreachable: " + msg
+	}
+	return msg
+}

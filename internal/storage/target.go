@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// FormatVersion is the on-disk format this engine writes and reads.
+const FormatVersion = 1
+
+// MaxChunkSize bounds a chunk: offsets inside a chunk are 32-bit on the wire.
+const MaxChunkSize = 1 << 32
+
+// DefaultMaxOpenChunks is the default bound of a target's cache of open
+// chunks (each holds two descriptors: data and sidecar).
+const DefaultMaxOpenChunks = 1024
+
+// Options tune how a target is opened. The zero value is usable.
+type Options struct {
+	// FS is the file system under the target; nil means the real one.
+	FS FS
+	// MaxOpenChunks bounds the open-chunk cache (DefaultMaxOpenChunks if 0).
+	MaxOpenChunks int
+	// Logf receives log lines (corruption reports, recovery steps);
+	// nil means the standard logger.
+	Logf func(format string, args ...any)
+}
+
+// targetMeta is the contents of target.json.
+type targetMeta struct {
+	Format   int    `json:"format"`
+	UUID     string `json:"uuid"`
+	TargetID uint32 `json:"target_id,omitempty"`
+}
+
+// Target is the chunk engine of one storage target. It is safe for
+// concurrent use: operations on different chunks run in parallel, writes to
+// one chunk are serialized, and reads of a chunk run alongside each other.
+type Target struct {
+	dir  string
+	fs   FS
+	logf func(format string, args ...any)
+	lock io.Closer
+
+	metaMu sync.Mutex // serializes target.json rewrites
+	uuid   string
+	id     atomic.Uint32
+
+	cache  *chunkCache
+	closed atomic.Bool
+
+	// inoLocks order opening chunk files against Delete: opening takes
+	// the shared side of the ino's stripe, Delete the exclusive side, so
+	// no handle to a deleted file can enter the cache.
+	inoLocks [64]sync.RWMutex
+
+	// dirty records chunk directories holding files created since their
+	// last SyncDir, so that Sync makes new chunks survive power loss.
+	dirtyMu sync.Mutex
+	dirty   map[uint64]dirState
+}
+
+type dirState uint8
+
+const (
+	dirtyInoDir    dirState = 1 << iota // entries in chunks/hh/ino changed
+	dirtyParentDir                      // chunks/hh/ino itself was created
+)
+
+// OpenTarget opens the target in directory dir, which must exist. The first
+// open of an empty directory formats it with a new UUID.
+func OpenTarget(dir string, opts Options) (*Target, error) {
+	t := &Target{dir: filepath.Clean(dir), fs: opts.FS, logf: opts.Logf, dirty: map[uint64]dirState{}}
+	if t.fs == nil {
+		t.fs = OSFS{}
+	}
+	if t.logf == nil {
+		t.logf = log.Printf
+	}
+	max := opts.MaxOpenChunks
+	if max <= 0 {
+		max = DefaultMaxOpenChunks
+	}
+	t.cache = newChunkCache(max)
+
+	names, err := t.fs.ReadDirNames(t.dir)
+	if err != nil {
+		return nil, fmt.Errorf("target directory: %w", err)
+	}
+	if t.lock, err = t.fs.Lock(filepath.Join(t.dir, "lock")); err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.dir, err)
+	}
+	if err := t.loadOrFormat(names); err != nil {
+		t.lock.Close()
+		return nil, fmt.Errorf("target %s: %w", t.dir, err)
+	}
+	return t, nil
+}
+
+func (t *Target) loadOrFormat(names []string) error {
+	b, err := readFile(t.fs, filepath.Join(t.dir, "target.json"))
+	switch {
+	case err == nil:
+		var m targetMeta
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("target.json: %v", err)
+		}
+		if m.Format != FormatVersion {
+			return fmt.Errorf("target.json: format version %d, this build reads %d", m.Format, FormatVersion)
+		}
+		if m.UUID == "" {
+			return errors.New("target.json: no uuid")
+		}
+		t.uuid = m.UUID
+		t.id.Store(m.TargetID)
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	// Refuse to adopt a directory that holds chunks but lost its identity:
+	// a new UUID would make the metadata service see a new, empty target.
+	for _, n := range names {
+		if n == "chunks" {
+			return errors.New("has a chunks directory but no target.json; refusing to re-format it")
+		}
+	}
+	t.uuid = newUUID()
+	chunks := filepath.Join(t.dir, "chunks")
+	for i := 0; i < 256; i++ {
+		if err := t.fs.MkdirAll(filepath.Join(chunks, fmt.Sprintf("%02x", i)), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := t.fs.SyncDir(chunks); err != nil {
+		return err
+	}
+	return t.writeMeta(0)
+}
+
+func (t *Target) writeMeta(id uint32) error {
+	b, err := json.MarshalIndent(targetMeta{Format: FormatVersion, UUID: t.uuid, TargetID: id}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(t.fs, filepath.Join(t.dir, "target.json"), append(b, '\n'))
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// UUID is the target's permanent identity.
+func (t *Target) UUID() string { return t.uuid }
+
+// Dir is the target's directory.
+func (t *Target) Dir() string { return t.dir }
+
+// ID is the target ID the metadata service assigned, 0 if none yet.
+func (t *Target) ID() uint32 { return t.id.Load() }
+
+// SetID records the target ID the metadata service assigned, durably, so a
+// restarted server serves under it before it has re-registered.
+func (t *Target) SetID(id uint32) error {
+	t.metaMu.Lock()
+	defer t.metaMu.Unlock()
+	if t.id.Load() == id {
+		return nil
+	}
+	if err := t.writeMeta(id); err != nil {
+		return fmt.Errorf("target %s: recording target id %d: %w", t.dir, id, err)
+	}
+	t.id.Store(id)
+	return nil
+}
+
+// Capacity reports the size of the file system holding the target and the
+// bytes still available to it.
+func (t *Target) Capacity() (total, free uint64, err error) {
+	return t.fs.Statfs(t.dir)
+}
+
+// Close closes the target's files and releases its lock. Operations still
+// running finish; later ones fail.
+func (t *Target) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.cache.closeAll()
+	return t.lock.Close()
+}
+
+func (t *Target) inoLock(ino uint64) *sync.RWMutex { return &t.inoLocks[ino%uint64(len(t.inoLocks))] }
+
+// inoDir is chunks/<ino%256 in hex>/<ino>.
+func (t *Target) inoDir(ino uint64) string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, len(t.dir)+40)
+	b = append(b, t.dir...)
+	b = append(b, "/chunks/"...)
+	b = append(b, hex[ino>>4&0xf], hex[ino&0xf], '/')
+	b = strconv.AppendUint(b, ino, 10)
+	return string(b)
+}
+
+func (t *Target) dataPath(ino, idx uint64) string {
+	return t.inoDir(ino) + "/" + strconv.FormatUint(idx, 10)
+}
+
+func (t *Target) markDirty(ino uint64, s dirState) {
+	t.dirtyMu.Lock()
+	t.dirty[ino] |= s
+	t.dirtyMu.Unlock()
+}
+
+// errClosed is returned by operations on a closed target.
+var errClosed = fmt.Errorf("target closed: %w", syscall.ESHUTDOWN)

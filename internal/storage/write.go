@@ -1,0 +1,212 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"syscall"
+)
+
+// Write stores p at offset off of chunk idx of file ino, creating the chunk
+// if needed. On error the chunk still reads back as before the write or,
+// block by block, as after it.
+func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
+	if off < 0 || off+int64(len(p)) > MaxChunkSize {
+		return fmt.Errorf("write of %d bytes at offset %d: beyond the %d-byte chunk limit: %w", len(p), off, int64(MaxChunkSize), syscall.EFBIG)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	k := chunkKey{ino, idx}
+	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p) })
+	return t.chunkErr("write", k, err)
+}
+
+func (t *Target) chunkErr(op string, k chunkKey, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s chunk %d/%d on target %s: %w", op, k.ino, k.idx, t.dir, err)
+}
+
+// writeLocked writes p at off: the affected sidecar entries first, then the
+// data as whole blocks (the boundary blocks merged with their verified old
+// contents), so that an interruption leaves every block old or new.
+func (t *Target) writeLocked(ch *chunk, off int64, p []byte) error {
+	oldSize := ch.size
+	end := off + int64(len(p))
+	bs := off &^ blockMask
+	first, last := bs/BlockSize, (end-1)/BlockSize
+	nb := int(last - first + 1)
+	oldBlocks := blocksIn(oldSize)
+
+	// Old bytes that share a block with the new ones must be kept; bytes
+	// in a block past the old end are zeros and need no reading.
+	headOld := off != bs && bs < oldSize
+	tailOld := end&blockMask != 0 && end < oldSize
+	ws, we := off, end // the range the data pwrite covers
+	if headOld {
+		ws = bs
+	}
+	if tailOld {
+		we = min((last+1)*BlockSize, oldSize)
+	}
+
+	eb := getBuf(nb * entrySize)
+	defer putBuf(eb)
+	ents := *eb
+	known := max(min(last+1, oldBlocks)-first, 0) // entries that describe data
+	if err := ch.readEntries(ents[:known*entrySize], first); err != nil {
+		return err
+	}
+	clear(ents[known*entrySize:])
+
+	buf := p
+	var headCRC, tailCRC uint32
+	if headOld || tailOld {
+		sb := getBuf(int(we - ws))
+		defer putBuf(sb)
+		buf = *sb
+		var err error
+		if headOld {
+			n := min(BlockSize, oldSize-bs)
+			if headCRC, err = t.readVerified(ch, buf[:n], bs, getEntry(ents, 0)); err != nil {
+				return err
+			}
+			if n < off-ws { // the old end lies before off: zeros between
+				clear(buf[n : off-ws])
+			}
+		}
+		if tailOld && (last != first || !headOld) {
+			ls := last * BlockSize
+			if tailCRC, err = t.readVerified(ch, buf[ls-ws:we-ws], ls, getEntry(ents, nb-1)); err != nil {
+				return err
+			}
+		} else if tailOld {
+			tailCRC = headCRC
+		}
+		copy(buf[off-ws:], p)
+	}
+
+	for i := range nb {
+		b := first + int64(i)
+		// A block past the old end gets prev 0, not the checksum of
+		// zeros: if the data pwrite never happens the block stays past
+		// the end, where nothing is verified, and a block that later
+		// reads as zeros (a lost write) is caught.
+		var prev uint32
+		switch {
+		case i == 0 && headOld:
+			prev = headCRC
+		case i == nb-1 && tailOld:
+			prev = tailCRC
+		case b < oldBlocks:
+			prev = getEntry(ents, i).contentCRC()
+		}
+		putEntry(ents, i, entry{prev, rangeCRC(buf, ws, we, b*BlockSize)})
+	}
+
+	// Entries past the old last block may be left over from a crash or a
+	// failed write; the blocks this write extends over must read {0, 0}.
+	if we > oldSize && ch.sumSize > oldBlocks*entrySize {
+		if err := ch.sum.Truncate(oldBlocks * entrySize); err != nil {
+			return t.resync(ch, err)
+		}
+		ch.sumSize = oldBlocks * entrySize
+	}
+	if _, err := ch.sum.WriteAt(ents, first*entrySize); err != nil {
+		// Entries written so far read {old, new} over old data: valid.
+		return t.resync(ch, err)
+	}
+	ch.sumSize = max(ch.sumSize, (last+1)*entrySize)
+	if _, err := ch.data.WriteAt(buf, ws); err != nil {
+		t.settle(ch, oldSize, first, ents, buf, ws)
+		return err
+	}
+	ch.size = max(oldSize, we)
+	return nil
+}
+
+// rangeCRC is the checksum of block bS after writing buf over [ws, we):
+// bytes of the block outside that range are zeros (a hole before ws, past
+// the end of the chunk after we).
+func rangeCRC(buf []byte, ws, we, bS int64) uint32 {
+	lo, hi := max(bS, ws), min(bS+BlockSize, we)
+	if lo == bS && hi == bS+BlockSize {
+		return crc32.Checksum(buf[lo-ws:hi-ws], castagnoli)
+	}
+	c := crc32.Update(0, castagnoli, zeroBlock[:lo-bS])
+	c = crc32.Update(c, castagnoli, buf[lo-ws:hi-ws])
+	return crc32.Update(c, castagnoli, zeroBlock[:bS+BlockSize-hi])
+}
+
+// readVerified reads the block contents at off into b, checks them against
+// e and returns their checksum.
+func (t *Target) readVerified(ch *chunk, b []byte, off int64, e entry) (uint32, error) {
+	if err := ch.readData(b, off); err != nil {
+		return 0, err
+	}
+	c := blockCRC(b)
+	if !e.check(c, b) {
+		return 0, t.corrupt(ch, off, c, e)
+	}
+	return c, nil
+}
+
+func (t *Target) corrupt(ch *chunk, off int64, got uint32, e entry) error {
+	err := &ChecksumError{Target: t.dir, Ino: ch.key.ino, Index: ch.key.idx, Off: off, Got: got, Want: e}
+	t.logf("storage: %v", err)
+	return err
+}
+
+// resync reloads the sizes of ch after a failed call, since the call may
+// have changed them partly; if even that fails the handle is retired. It
+// returns err.
+func (t *Target) resync(ch *chunk, err error) error {
+	if rerr := ch.refreshSizes(); rerr != nil {
+		ch.dead.Store(true)
+	}
+	return err
+}
+
+// settle cleans up after a data pwrite of buf at ws that failed part way
+// (EIO, ENOSPC). It gives back what the write allocated past the old end,
+// and pins the entry of each touched block to the contents the block now
+// holds (the old bytes, or the new ones, cut at the old end), so that the
+// {prev, cur} of the next write to it is truthful again. A block holding
+// neither keeps its entry and will fail verification.
+func (t *Target) settle(ch *chunk, oldSize, first int64, ents, buf []byte, ws int64) {
+	defer t.resync(ch, nil)
+	k := ch.key
+	if size, err := ch.data.Size(); err == nil && size > oldSize {
+		if err := ch.data.Truncate(oldSize); err != nil {
+			t.logf("storage: target %s chunk %d/%d: cutting back a failed write: %v", t.dir, k.ino, k.idx, err)
+		}
+	}
+	oldBlocks := blocksIn(oldSize)
+	if cur, err := ch.sum.Size(); err == nil && cur > oldBlocks*entrySize {
+		ch.sum.Truncate(oldBlocks * entrySize)
+	}
+	n := int(min(int64(len(ents)/entrySize), oldBlocks-first))
+	if n <= 0 {
+		return
+	}
+	bp := getBuf(BlockSize)
+	defer putBuf(bp)
+	for i := range n {
+		bS := (first + int64(i)) * BlockSize
+		bE := min(bS+BlockSize, oldSize)
+		blk := (*bp)[:bE-bS]
+		if ch.readData(blk, bS) != nil {
+			return
+		}
+		c, e := blockCRC(blk), getEntry(ents, i)
+		written := bS >= ws && bE-ws <= int64(len(buf)) && bytes.Equal(blk, buf[bS-ws:bE-ws])
+		if c == e.prev || written {
+			putEntry(ents, i, entry{c, c})
+		}
+	}
+	if _, err := ch.sum.WriteAt(ents[:n*entrySize], first*entrySize); err != nil {
+		t.logf("storage: target %s chunk %d/%d: settling checksums after a failed write: %v", t.dir, k.ino, k.idx, err)
+	}
+}
