@@ -21,6 +21,10 @@ type chunk struct {
 	sum     File
 	size    int64 // data file size; guarded by mu
 	sumSize int64 // sidecar size; guarded by mu
+	// sums mirrors the sidecar when it is small (see maxCachedSums), so
+	// that reads and writes need not pread it; nil otherwise. Guarded by
+	// mu; len(sums) == sumSize when set.
+	sums []byte
 	// dead means the handle must not be used any more (the chunk was
 	// deleted, or a failure left its sizes unknown): holders release it
 	// and acquire a fresh one.

@@ -107,14 +107,17 @@ func (t *Target) openChunk(k chunkKey, create bool) (*chunk, error) {
 	return ch, nil
 }
 
-// refreshSizes reloads the file sizes from the file system.
+// refreshSizes reloads the file sizes, and the sidecar mirror, from the
+// file system.
 func (ch *chunk) refreshSizes() error {
 	var err error
 	if ch.size, err = ch.data.Size(); err != nil {
 		return err
 	}
-	ch.sumSize, err = ch.sum.Size()
-	return err
+	if ch.sumSize, err = ch.sum.Size(); err != nil {
+		return err
+	}
+	return ch.loadSums()
 }
 
 func (t *Target) makeInoDir(ino uint64) error {
@@ -133,17 +136,6 @@ func (t *Target) makeInoDir(ino uint64) error {
 			return err
 		}
 		return t.fs.SyncDir(filepath.Dir(filepath.Dir(dir)))
-	}
-	return err
-}
-
-// readEntries fills b with the sidecar entries from block first on; entries
-// past the end of the sidecar are {0, 0}.
-func (ch *chunk) readEntries(b []byte, first int64) error {
-	n, err := ch.sum.ReadAt(b, first*entrySize)
-	if err == io.EOF {
-		clear(b[n:])
-		return nil
 	}
 	return err
 }

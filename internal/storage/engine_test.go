@@ -80,12 +80,21 @@ func TestUnalignedOverwritesKeepTheirNeighbours(t *testing.T) {
 }
 
 // A random mix of writes and truncates must always read back like a plain
-// byte slice does.
+// byte slice does, for chunks whose sidecar is mirrored in memory and for
+// bigger ones whose sidecar is read from disk (and for chunks changing from
+// one to the other, as the small open-chunk cache reopens them).
 func TestRandomWritesAndTruncatesMatchAModel(t *testing.T) {
-	tg := openTestTarget(t, Options{})
+	for _, max := range []int{256 << 10, 3 * maxCachedSums / entrySize * BlockSize / 2} {
+		t.Run(fmt.Sprintf("chunks up to %d KiB", max>>10), func(t *testing.T) {
+			testRandomOps(t, max)
+		})
+	}
+}
+
+func testRandomOps(t *testing.T, max int) {
+	tg := openTestTarget(t, Options{MaxOpenChunks: 1})
 	r := rand.New(rand.NewPCG(1, 2))
 	var want model
-	const max = 256 << 10
 	for i := range 400 {
 		switch r.IntN(6) {
 		case 0:
@@ -102,6 +111,7 @@ func TestRandomWritesAndTruncatesMatchAModel(t *testing.T) {
 		}
 		if i%20 == 0 {
 			assertSame(t, fmt.Sprintf("step %d", i), readAll(t, tg, 5, 1, 2*max), want)
+			mustWrite(t, tg, 6, 0, 0, []byte("x")) // evict chunk 5/1
 		}
 	}
 	assertSame(t, "end", readAll(t, tg, 5, 1, 2*max), want)
@@ -346,10 +356,13 @@ func TestZeroedRangeIsDetected(t *testing.T) {
 }
 
 func TestSidecarDamageIsDetected(t *testing.T) {
-	tg := openTestTarget(t, Options{})
+	dir := t.TempDir()
+	tg := openTargetAt(t, dir, Options{})
 	mustWrite(t, tg, 1, 0, 0, pattern(1, 4*BlockSize))
+	tg.Close()                                          // damage at rest: open chunks keep their sidecar in memory
 	flipBit(t, tg.dataPath(1, 0)+".sum", 1*entrySize+5) // the cur slot of block 1
 	flipBit(t, tg.dataPath(1, 0)+".sum", 1*entrySize+1) // and its prev slot
+	tg = openTargetAt(t, dir, Options{})
 	_, err := tg.Read(1, 0, make([]byte, 4*BlockSize), 0)
 	wantChecksumError(t, err, BlockSize)
 }
@@ -433,5 +446,27 @@ func TestCapacityReportsTheFileSystem(t *testing.T) {
 	total, free, err := tg.Capacity()
 	if err != nil || total == 0 || free > total {
 		t.Fatalf("capacity %d/%d, %v", free, total, err)
+	}
+}
+
+// Chunks up to 8 MiB keep their sidecar in memory while open: a read is one
+// pread of data, a write two pwrites.
+func TestOpenSmallChunksDoNotReadTheirSidecar(t *testing.T) {
+	ffs := NewFaultFS(nil)
+	tg := openTestTarget(t, Options{FS: ffs})
+	mustWrite(t, tg, 1, 0, 0, pattern(1, 1<<20))
+	var mu sync.Mutex
+	reads := 0
+	ffs.Inject(Fault{Ops: OpRead, Match: isSum, Hook: func(Op, string) { mu.Lock(); reads++; mu.Unlock() }})
+	for i := range 100 {
+		mustWrite(t, tg, 1, 0, int64(i*4096), pattern(uint64(i), 4096))
+		if _, err := tg.Read(1, 0, make([]byte, 4096), int64(i*8192%(1<<20))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reads != 0 {
+		t.Fatalf("the sidecar was read %d times", reads)
 	}
 }

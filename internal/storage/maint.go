@@ -37,10 +37,9 @@ func (t *Target) truncateLocked(ch *chunk, size int64) error {
 		// zeros it grows by); the new blocks are holes, whose entries
 		// must read {0, 0}.
 		if ch.sumSize > oldBlocks*entrySize {
-			if err := ch.sum.Truncate(oldBlocks * entrySize); err != nil {
+			if err := ch.cutSums(oldBlocks * entrySize); err != nil {
 				return t.resync(ch, err)
 			}
-			ch.sumSize = oldBlocks * entrySize
 		}
 		if err := ch.data.Truncate(size); err != nil {
 			return t.resync(ch, err)
@@ -64,20 +63,18 @@ func (t *Target) truncateLocked(ch *chunk, size int64) error {
 			return err
 		}
 		putEntry(eb[:], 0, entry{oldCRC, blockCRC(blk[:size-b*BlockSize])})
-		if _, err := ch.sum.WriteAt(eb[:], b*entrySize); err != nil {
+		if err := ch.writeEntries(eb[:], b); err != nil {
 			return t.resync(ch, err)
 		}
-		ch.sumSize = max(ch.sumSize, (b+1)*entrySize)
 	}
 	if err := ch.data.Truncate(size); err != nil {
 		return t.resync(ch, err)
 	}
 	ch.size = size
 	if n := blocksIn(size) * entrySize; ch.sumSize > n {
-		if err := ch.sum.Truncate(n); err != nil {
+		if err := ch.cutSums(n); err != nil {
 			return t.resync(ch, err)
 		}
-		ch.sumSize = n
 	}
 	return nil
 }

@@ -109,16 +109,14 @@ func (t *Target) writeLocked(ch *chunk, off int64, p []byte) error {
 	// Entries past the old last block may be left over from a crash or a
 	// failed write; the blocks this write extends over must read {0, 0}.
 	if we > oldSize && ch.sumSize > oldBlocks*entrySize {
-		if err := ch.sum.Truncate(oldBlocks * entrySize); err != nil {
+		if err := ch.cutSums(oldBlocks * entrySize); err != nil {
 			return t.resync(ch, err)
 		}
-		ch.sumSize = oldBlocks * entrySize
 	}
-	if _, err := ch.sum.WriteAt(ents, first*entrySize); err != nil {
+	if err := ch.writeEntries(ents, first); err != nil {
 		// Entries written so far read {old, new} over old data: valid.
 		return t.resync(ch, err)
 	}
-	ch.sumSize = max(ch.sumSize, (last+1)*entrySize)
 	if _, err := ch.data.WriteAt(buf, ws); err != nil {
 		t.settle(ch, oldSize, first, ents, buf, ws)
 		return err
@@ -159,9 +157,9 @@ func (t *Target) corrupt(ch *chunk, off int64, got uint32, e entry) error {
 	return err
 }
 
-// resync reloads the sizes of ch after a failed call, since the call may
-// have changed them partly; if even that fails the handle is retired. It
-// returns err.
+// resync reloads the sizes (and sidecar mirror) of ch after a failed call,
+// since the call may have changed them partly; if even that fails the handle
+// is retired. It returns err.
 func (t *Target) resync(ch *chunk, err error) error {
 	if rerr := ch.refreshSizes(); rerr != nil {
 		ch.dead.Store(true)
