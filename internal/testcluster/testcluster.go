@@ -87,6 +87,11 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Other users must reach the mount point (permission tests run as
+	// nobody); the data directory below stays private.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	c := &Cluster{t: t, Opts: cluster.Options{
 		Dir: filepath.Join(dir, "data"), Mount: filepath.Join(dir, "mnt"),
 		Servers: 2, TargetsPerServer: 2, Binary: Binary(t),
