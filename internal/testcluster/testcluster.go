@@ -22,10 +22,15 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/tandem (once per test process) and returns its path.
+// Binary builds cmd/tandem (once per test process) and returns its path;
+// $TANDEM_BIN names a prebuilt binary instead.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if p := os.Getenv("TANDEM_BIN"); p != "" {
+			binPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "tandem-bin-")
 		if err != nil {
 			buildErr = err
