@@ -359,7 +359,8 @@ func TestSidecarDamageIsDetected(t *testing.T) {
 	dir := t.TempDir()
 	tg := openTargetAt(t, dir, Options{})
 	mustWrite(t, tg, 1, 0, 0, pattern(1, 4*BlockSize))
-	tg.Close()                                          // damage at rest: open chunks keep their sidecar in memory
+	// Damage at rest: open chunks keep their sidecar in memory.
+	tg.Close()
 	flipBit(t, tg.dataPath(1, 0)+".sum", 1*entrySize+5) // the cur slot of block 1
 	flipBit(t, tg.dataPath(1, 0)+".sum", 1*entrySize+1) // and its prev slot
 	tg = openTargetAt(t, dir, Options{})
