@@ -139,7 +139,8 @@ func TestStreamHelperProcess(t *testing.T) {
 
 func tandemCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestStreamHelperProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "TANDEM_STREAM_HELPER=1")
+	// Under -race each exiting process would otherwise sleep for a second.
+	cmd.Env = append(os.Environ(), "TANDEM_STREAM_HELPER=1", "GORACE=atexit_sleep_ms=0")
 	return cmd
 }
 
