@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,7 @@ func init() {
 		noInline                                bool
 		chunk                                   string
 		count                                   uint32
+		syncEvery                               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "meta",
@@ -36,8 +38,12 @@ func init() {
 				return fmt.Errorf("--chunk-size: %w", err)
 			}
 			logger := log.New(os.Stderr, "meta: ", log.LstdFlags|log.Lmicroseconds)
+			if syncEvery == 0 {
+				syncEvery = -1 // fsync every commit
+			}
 			svc, err := meta.Start(meta.Config{
-				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
+				SyncEvery: syncEvery,
+				Dir:       dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
 				Logf:          logger.Printf, LogOutput: os.Stderr,
@@ -62,8 +68,11 @@ func init() {
 	f.BoolVar(&noInline, "no-inline", false, "store every file on targets (new file systems only)")
 	f.StringVar(&chunk, "chunk-size", "1M", "default chunk size (new file systems only)")
 	f.Uint32Var(&count, "stripe-count", 4, "default stripe count (new file systems only)")
+	f.DurationVar(&syncEvery, "sync-every", 100*time.Millisecond,
+		"fsync the metadata log this often (changes survive a process crash at once, a power failure after this delay or an application's fsync); 0 fsyncs every change")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")
+	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -56,6 +56,7 @@ func init() {
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	cmd.MarkFlagRequired("secret-file")
+	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -91,6 +91,7 @@ it was registered with before.`,
 	f.StringArrayVar(&targets, "target", nil, "target directory (repeat for several)")
 	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
 	f.DurationVar(&heartbeat, "heartbeat", 2*time.Second, "interval between heartbeats to the metadata service")
+	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

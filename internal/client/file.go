@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +26,10 @@ type fileState struct {
 	orphan  bool // unlinked while open: release it on last close
 	written map[chunkKey]struct{}
 	err     error // first error of a write-behind request
+
+	noCapability atomic.Bool // security.capability is known to be absent
+
+	ra readahead
 
 	inflight rangeSet
 }
@@ -87,6 +92,12 @@ func (c *Client) lookupState(ino uint64) *fileState {
 }
 
 func (c *Client) isOpen(ino uint64) bool { return c.lookupState(ino) != nil }
+
+func (c *Client) anyOpen() bool {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	return len(c.files) > 0
+}
 
 func (c *Client) markOrphan(ino uint64) {
 	if st := c.lookupState(ino); st != nil {
@@ -156,6 +167,12 @@ func (h *Handle) Read(buf []byte, off uint64) (int, error) {
 	}
 	layout := st.inode
 	st.mu.Unlock()
+	if served, err := st.ra.read(h.c, &layout, size, off, buf); served {
+		if err != nil {
+			return 0, err
+		}
+		return len(buf), nil
+	}
 	if err := h.c.readPieces(&layout, off, buf); err != nil {
 		return 0, err
 	}
@@ -188,6 +205,7 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 		}
 	}
 	layout := st.inode
+	st.ra.invalidate()
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
 		st.written[chunkKey{p.chain, p.index}] = struct{}{}
 	}
@@ -269,8 +287,15 @@ func (h *Handle) Fsync() error {
 		st.mu.Unlock()
 		return err
 	}
-	return h.c.commit(st)
+	if err := h.c.commit(st); err != nil {
+		return err
+	}
+	return h.c.SyncMeta()
 }
+
+// SyncMeta makes every metadata change so far durable on the metadata
+// service's disk (changes are otherwise fsynced in groups).
+func (c *Client) SyncMeta() error { return c.metaCall(proto.OpSync, nil, nil) }
 
 // Release closes the handle; the last close of an inode unlinked while
 // open lets the metadata service delete it.
@@ -380,6 +405,9 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 	}
 	if n.Mode&syscall.S_IFMT != syscall.S_IFREG || n.Inline || len(n.Chains) == 0 {
 		return nil
+	}
+	if st != nil {
+		st.ra.invalidate()
 	}
 	return c.trimChunks(&n, size)
 }

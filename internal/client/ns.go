@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"syscall"
 
 	"tandemfs/internal/proto"
@@ -60,8 +61,10 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	if len(name) > proto.MaxName {
 		return syscall.ENAMETOOLONG
 	}
+	// Whether this client holds the file open matters only if it holds
+	// any file open; skip the extra lookup otherwise.
 	var open bool
-	if !dir {
+	if !dir && c.anyOpen() {
 		if n, err := c.Lookup(parent, name); err == nil {
 			open = c.isOpen(n.Ino)
 		}
@@ -81,7 +84,7 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 		return syscall.ENAMETOOLONG
 	}
 	var replacedOpen uint64
-	if flags&proto.RenameExchange == 0 {
+	if flags&proto.RenameExchange == 0 && c.anyOpen() {
 		if n, err := c.Lookup(newParent, newName); err == nil && c.isOpen(n.Ino) {
 			replacedOpen = n.Ino
 		}
@@ -106,15 +109,34 @@ func (c *Client) ReadDir(ino uint64, after string, limit int, plus bool) (*proto
 	return &reply, err
 }
 
+// capabilityXattr is asked for by the kernel before every write (to drop
+// file capabilities); it is answered from the open file's state after the
+// first ask, so writes do not each cost a metadata call.
+const capabilityXattr = "security.capability"
+
 // GetXattr returns an extended attribute's value.
 func (c *Client) GetXattr(ino uint64, name string) ([]byte, error) {
+	st := c.lookupState(ino)
+	if name == capabilityXattr && st != nil && st.noCapability.Load() {
+		return nil, syscall.ENODATA
+	}
 	var v []byte
 	r := proto.XattrReq{Ino: ino, Name: name}
 	err := c.metaCall(proto.OpGetXattr, r.Encode, func(d *wire.Dec) error {
 		v = append([]byte{}, d.Bytes(proto.MaxXattrVal)...)
 		return nil
 	})
+	if name == capabilityXattr && st != nil && errors.Is(err, syscall.ENODATA) {
+		st.noCapability.Store(true)
+	}
 	return v, err
+}
+
+// forgetCapability drops the cached absence of security.capability.
+func (c *Client) forgetCapability(ino uint64) {
+	if st := c.lookupState(ino); st != nil {
+		st.noCapability.Store(false)
+	}
 }
 
 // SetXattr sets an extended attribute (flags: proto.XattrCreate/Replace).
@@ -125,6 +147,7 @@ func (c *Client) SetXattr(ino uint64, name string, value []byte, flags uint32) e
 	if len(value) > proto.MaxXattrVal {
 		return syscall.E2BIG
 	}
+	c.forgetCapability(ino)
 	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags}
 	return c.metaCall(proto.OpSetXattr, r.Encode, nil)
 }
@@ -145,6 +168,7 @@ func (c *Client) ListXattr(ino uint64) ([]string, error) {
 
 // RemoveXattr removes an extended attribute.
 func (c *Client) RemoveXattr(ino uint64, name string) error {
+	c.forgetCapability(ino)
 	r := proto.XattrReq{Ino: ino, Name: name}
 	return c.metaCall(proto.OpRemoveXattr, r.Encode, nil)
 }

@@ -51,7 +51,9 @@ func (fs *FS) ReleaseDir(in *gofuse.ReleaseIn) {
 	fs.mu.Unlock()
 }
 
-func (fs *FS) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status { return gofuse.OK }
+func (fs *FS) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	return status(fs.c.SyncMeta())
+}
 
 func (fs *FS) ReadDir(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) gofuse.Status {
 	return fs.readDir(in, out, false)

@@ -82,6 +82,13 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpHeartbeat:
 		var r proto.HeartbeatReq
 		return read(d, &r, func() error { s.live.heartbeat(&r); return nil })
+	case proto.OpSync:
+		return read(d, nil, func() error {
+			if err := s.node.store.syncNow(); err != nil {
+				return rpc.Errorf(syscall.EIO, "syncing the metadata log: %v", err)
+			}
+			return nil
+		})
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"tandemfs/internal/rpc"
 )
@@ -30,7 +29,7 @@ func (s *raftStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (
 type raftNode struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     *raftboltdb.BoltStore
+	store     *logStore
 }
 
 // RaftConfig says where this metadata replica keeps its log and how it
@@ -47,6 +46,9 @@ type RaftConfig struct {
 	Heartbeat time.Duration // default 500 ms
 	Elections time.Duration // default 1 s
 	SnapEvery uint64        // log entries between snapshots (default 65536)
+	// SyncEvery is how often the log is fsynced; commits reach the
+	// operating system at once (see lazySyncFS). <= 0: fsync every commit.
+	SyncEvery time.Duration
 }
 
 func startRaft(cfg RaftConfig, fsm *FSM) (*raftNode, error) {
@@ -73,10 +75,14 @@ func startRaft(cfg RaftConfig, fsm *FSM) (*raftNode, error) {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: out})
 	transport := raft.NewNetworkTransportWithLogger(stream, 8, 10*time.Second, logger)
 
-	store, err := raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db"))
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	store, err := openLogStore(filepath.Join(cfg.Dir, "log"), cfg.SyncEvery, logf)
 	if err != nil {
 		transport.Close()
-		return nil, fmt.Errorf("opening raft log: %w", err)
+		return nil, err
 	}
 	logs, err := raft.NewLogCache(4096, store)
 	if err != nil {

@@ -42,6 +42,11 @@ type Config struct {
 	// DeadAfter is how long a storage server may stay silent before its
 	// targets are shown offline (default 6 s).
 	DeadAfter time.Duration
+	// SyncEvery is how often the Raft log is fsynced (default 100 ms);
+	// commits survive a crash of the process at once, a power failure
+	// after this delay, or at once when a client calls fsync. Negative:
+	// fsync every commit.
+	SyncEvery time.Duration
 	// SessionTimeout is how long a client may stay silent before files it
 	// held open after unlinking them are deleted (default 60 s).
 	SessionTimeout time.Duration
@@ -88,6 +93,9 @@ func Start(cfg Config) (*Service, error) {
 	}
 	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4, Replicas: 1})
 	cfg.DeadAfter = orDuration(cfg.DeadAfter, 6*time.Second)
+	if cfg.SyncEvery == 0 {
+		cfg.SyncEvery = 100 * time.Millisecond
+	}
 	cfg.SessionTimeout = orDuration(cfg.SessionTimeout, 60*time.Second)
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("metadata directory: %w", err)
@@ -104,6 +112,7 @@ func Start(cfg Config) (*Service, error) {
 	node, err := startRaft(RaftConfig{
 		Dir: filepath.Join(cfg.Dir, "raft"), ID: cfg.ID, Listen: cfg.RaftListen,
 		Bootstrap: true, Secret: cfg.Secret, Logf: cfg.Logf, LogOutput: cfg.LogOutput,
+		SyncEvery: cfg.SyncEvery,
 	}, fsm)
 	if err != nil {
 		ln.Close()

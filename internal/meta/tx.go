@@ -107,8 +107,15 @@ func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
 // record so the chunks get deleted in the background.
 func (t *tx) dropInode(r *inodeRec) {
 	t.b.Delete(inoKey(r.Ino), nil)
+	// Point deletes, not a range tombstone: most inodes have no xattrs,
+	// and piles of range tombstones slow every later read.
 	lo := xattrKey(r.Ino, "")
-	t.b.DeleteRange(lo, prefixEnd(lo), nil)
+	if it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)}); err == nil {
+		for ok := it.First(); ok; ok = it.Next() {
+			t.b.Delete(append([]byte(nil), it.Key()...), nil)
+		}
+		it.Close()
+	}
 	t.b.Delete(orphanKey(r.Ino), nil)
 	if r.isReg() && !r.Inline && len(r.Chains) > 0 {
 		t.b.Set(garbageKey(r.Ino), encodeChains(r.Chains), nil)

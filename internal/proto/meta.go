@@ -27,6 +27,7 @@ const (
 	OpHeartbeat
 	OpSessionKeepalive
 	OpStatus
+	OpSync // make every change so far durable on disk (an application's fsync)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
