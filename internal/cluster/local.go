@@ -318,8 +318,23 @@ func (o *Options) start(name string, args []string) (bool, error) {
 	if err := os.WriteFile(pidFile(o.Dir, name), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		return false, err
 	}
-	go cmd.Wait() // reap it if it exits while we are still running
+	go func() {
+		// Reap it if it exits while we still run, and say how it ended
+		// (a signal leaves nothing in the log otherwise).
+		err := cmd.Wait()
+		if f, ferr := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
+			fmt.Fprintf(f, "tandem up: %s (pid %d) exited: %v\n", name, pid, orSuccess(err))
+			f.Close()
+		}
+	}()
 	return true, nil
+}
+
+func orSuccess(err error) any {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err
 }
 
 // waitFor polls check until it succeeds, the process dies, or time runs out.
