@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""bench-table.py DIR  -> markdown comparison table on stdout.
+
+DIR is a docs/bench-results/<date>/ directory written by bench-compare.sh:
+<system>.json files in the suite.sh format and env.json (order of the
+systems, their status, machine, TandemFS commit). Without env.json, every
+*.json except env.json is taken, local and tandem first.
+
+One row per measure and job count, one column per system, then the ratios
+TandemFS/local and TandemFS/best peer (every measure is higher-is-better).
+"""
+import json
+import os
+import sys
+
+MEASURES = [
+    ("seq_write_MBps", "seq write MB/s"),
+    ("seq_read_MBps", "seq read MB/s"),
+    ("rand_write_iops", "rand write 4K IOPS"),
+    ("rand_read_iops", "rand read 4K IOPS"),
+    ("md_create_ops", "md create/s (empty)"),
+    ("md_stat_ops", "md stat/s (empty)"),
+    ("md_read_ops", "md read/s (empty)"),
+    ("md_remove_ops", "md remove/s (empty)"),
+    ("md3k_create_ops", "md create/s (3 KiB)"),
+    ("md3k_stat_ops", "md stat/s (3 KiB)"),
+    ("md3k_read_ops", "md read/s (3 KiB)"),
+    ("md3k_remove_ops", "md remove/s (3 KiB)"),
+]
+NAMES = {"local": "local disk", "tandem": "TandemFS", "juicefs": "JuiceFS",
+         "juicefs-redis": "JuiceFS (Redis)", "seaweedfs": "SeaweedFS",
+         "moosefs": "MooseFS", "glusterfs": "GlusterFS"}
+NOT_PEERS = ("local", "tandem")
+
+
+def fmt(v):
+    if v is None:
+        return "—"
+    if v >= 100:
+        return "{:,.0f}".format(v)
+    return "{:.1f}".format(v)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "—"
+    return "{:.2f}".format(a / b)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    env = {}
+    if os.path.exists(os.path.join(d, "env.json")):
+        env = json.load(open(os.path.join(d, "env.json")))
+    order = env.get("systems_order")
+    if not order:
+        found = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json") and f != "env.json")
+        order = [s for s in NOT_PEERS if s in found] + [s for s in found if s not in NOT_PEERS]
+    status = env.get("systems", {})
+    data = {}
+    for s in order:
+        p = os.path.join(d, s + ".json")
+        if os.path.exists(p):
+            try:
+                data[s] = json.load(open(p))
+            except ValueError:
+                pass
+    peers = [s for s in order if s not in NOT_PEERS]
+
+    jobs = []
+    for s in data.values():
+        for j in s.get("meta", {}).get("jobs", []):
+            if j not in jobs:
+                jobs.append(j)
+    jobs = sorted(jobs, key=int) or ["1", "2"]
+
+    def val(s, key, j):
+        v = data.get(s, {}).get(key, {})
+        return v.get(j) if isinstance(v, dict) else None
+
+    def head(s):
+        n = NAMES.get(s, s)
+        st = status.get(s, {}).get("status")
+        if s not in data:
+            return n + " (failed)" if st in (None, "failed") else n + " (" + st + ")"
+        return n + (" (partial)" if st == "partial" else "")
+
+    out = []
+    cols = ["measure", "jobs"] + [head(s) for s in order]
+    has_t = "tandem" in order
+    if has_t and "local" in order:
+        cols.append("TandemFS/local")
+    if has_t and peers:
+        cols.append("TandemFS/best peer")
+    out.append("| " + " | ".join(cols) + " |")
+    out.append("| --- | ---: |" + " ---: |" * (len(cols) - 2))
+    for key, label in MEASURES:
+        for j in jobs:
+            row = [label, j] + [fmt(val(s, key, j)) for s in order]
+            t = val("tandem", key, j)
+            if has_t and "local" in order:
+                row.append(ratio(t, val("local", key, j)))
+            if has_t and peers:
+                pv = [(val(p, key, j), p) for p in peers if val(p, key, j) is not None]
+                if pv:
+                    best, bp = max(pv)
+                    r = ratio(t, best)
+                    row.append(r + " (" + NAMES.get(bp, bp) + ")")
+                else:
+                    row.append("—")
+            out.append("| " + " | ".join(row) + " |")
+
+    title = "# Benchmark comparison " + os.path.basename(os.path.normpath(d))
+    print(title)
+    print()
+    if env:
+        commit = env.get("tandem_commit", "?")
+        print("TandemFS `%s`%s (%s), %s; suite args `%s`; metadata tool: %s." % (
+            commit[:12], " + uncommitted changes" if env.get("tandem_worktree_dirty") else "",
+            env.get("tandem_commit_subject", ""), env.get("tandem_build", ""),
+            env.get("suite_args", ""), md_tool(data)))
+        print("Machine: %s, %s CPUs, %s RAM, kernel %s; run started %s, took %s s." % (
+            env.get("cpu_model", "?"), env.get("ncpu", "?"), env.get("mem_total", "?"),
+            env.get("kernel", "?"), env.get("started", "?"), env.get("wall_s", "?")))
+        other = env.get("other_fuse_mounts_at_start") or []
+        if other:
+            print("Other FUSE mounts present (not ours, possibly busy): %s." % ", ".join(
+                "`%s`" % o for o in other))
+        print("Load average at start: %s." % env.get("uptime_start", "?").split("load average:")[-1].strip())
+        print()
+    print("\n".join(out))
+    print()
+    print("MB/s = 10^6 bytes/s (write includes fsync+close); IOPS and metadata rates are operations/s, "
+          "summed over the jobs. Best peer = the highest value among the peers for that row. "
+          "On these shared 2-core machines absolute numbers move by ±30 % between runs: compare ratios.")
+    print()
+    print("| system | status | version | load before suite (1/5/15 min) | wall s | notes |")
+    print("| --- | --- | --- | --- | ---: | --- |")
+    for s in order:
+        st = status.get(s, {})
+        notes = st.get("detail", "")
+        m = data.get(s, {}).get("meta", {})
+        extra = [n for n in m.get("notes", []) if not n.startswith("MDTEST not set")]
+        if m and m.get("rand_direct") is False:
+            extra.append("random I/O buffered (no O_DIRECT)")
+        notes = "; ".join([x for x in [notes] + extra if x])
+        print("| %s | %s | %s | %s | %s | %s |" % (
+            NAMES.get(s, s), st.get("status", "ok" if s in data else "missing"),
+            st.get("version", ""), st.get("loadavg_before", m.get("loadavg_start", "")),
+            st.get("seconds", ""), notes.replace("|", "\\|")[:300]))
+
+
+def md_tool(data):
+    tools = sorted({s.get("meta", {}).get("md_tool", "?") for s in data.values()})
+    t = ", ".join(tools) or "?"
+    if t == "python3-fallback":
+        t += " (mdtest not installed; rates comparable between the columns, not with mdtest)"
+    return t
+
+
+if __name__ == "__main__":
+    main()
