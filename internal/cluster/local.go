@@ -371,11 +371,7 @@ func readPid(dir, name string) int {
 // a tandem process (PIDs get reused).
 func running(dir, name string) bool {
 	pid := readPid(dir, name)
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(b), "tandem") {
+	if pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
 		return false
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -383,6 +379,13 @@ func running(dir, name string) bool {
 		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
 			return false // a zombie has exited
 		}
+	}
+	// A reused PID belongs to another program. (The command line of a
+	// process that is just starting can read as empty; that is not proof
+	// of anything.)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err == nil && len(b) > 0 && !strings.Contains(string(b), "tandem") {
+		return false
 	}
 	return true
 }
