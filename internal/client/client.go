@@ -49,6 +49,8 @@ type Client struct {
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
 
+	attrs attrCache
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -237,4 +239,15 @@ func (c *Client) metaCall(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) er
 
 func decodeInode(n *proto.Inode) func(*wire.Dec) error {
 	return func(d *wire.Dec) error { n.Decode(d); return nil }
+}
+
+// inodeCall calls op and returns the inode it answers with, remembering
+// it in the attribute cache.
+func (c *Client) inodeCall(op uint16, enc func(*wire.Enc)) (*proto.Inode, error) {
+	var n proto.Inode
+	if err := c.metaCall(op, enc, decodeInode(&n)); err != nil {
+		return nil, err
+	}
+	c.attrs.put(&n)
+	return &n, nil
 }

@@ -327,11 +327,11 @@ func (c *Client) commit(st *fileState) error {
 		return nil
 	}
 	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime}
-	var n proto.Inode
-	if err := c.metaCall(proto.OpCommitWrite, r.Encode, decodeInode(&n)); err != nil {
+	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
+	if err != nil {
 		return err
 	}
-	st.inode = n
+	st.inode = *n
 	st.dirty = false
 	return nil
 }
@@ -340,10 +340,11 @@ func (c *Client) commit(st *fileState) error {
 // st.mu is held.
 func (c *Client) writeInline(st *fileState, off uint64, data []byte) error {
 	r := proto.WriteInlineReq{Ino: st.ino, Off: off, Data: data}
-	var n proto.Inode
-	if err := c.metaCall(proto.OpWriteInline, r.Encode, decodeInode(&n)); err != nil {
+	np, err := c.inodeCall(proto.OpWriteInline, r.Encode)
+	if err != nil {
 		return err
 	}
+	n := *np
 	st.inode = n
 	if n.Size > st.size || !st.dirty {
 		st.size = n.Size
@@ -367,10 +368,11 @@ func (c *Client) uninline(st *fileState) error {
 		}
 	}
 	r.AssignOnly = false
-	if err := c.metaCall(proto.OpUninline, r.Encode, decodeInode(&n)); err != nil {
+	np, err := c.inodeCall(proto.OpUninline, r.Encode)
+	if err != nil {
 		return err
 	}
-	st.inode = n
+	st.inode = *np
 	return nil
 }
 

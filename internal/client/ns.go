@@ -17,20 +17,41 @@ func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
 	if len(name) > proto.MaxName {
 		return nil, syscall.ENAMETOOLONG
 	}
-	var n proto.Inode
 	r := proto.LookupReq{Parent: parent, Name: name}
-	return &n, c.metaCall(proto.OpLookup, r.Encode, decodeInode(&n))
+	return c.inodeCall(proto.OpLookup, r.Encode)
 }
 
 // GetAttr returns inode ino, with this client's unflushed writes applied.
+// An inode this client learnt less than attrTTL ago is answered from the
+// cache.
 func (c *Client) GetAttr(ino uint64) (*proto.Inode, error) {
-	var n proto.Inode
+	if n, ok := c.attrs.get(ino); ok {
+		c.overlay(&n)
+		return &n, nil
+	}
+	return c.FreshAttr(ino)
+}
+
+// FreshAttr is GetAttr asking the metadata service, bypassing the cache.
+func (c *Client) FreshAttr(ino uint64) (*proto.Inode, error) {
 	r := proto.InoReq{Ino: ino}
-	if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+	n, err := c.inodeCall(proto.OpGetAttr, r.Encode)
+	if err != nil {
 		return nil, err
 	}
-	c.overlay(&n)
-	return &n, nil
+	c.overlay(n)
+	return n, nil
+}
+
+// entryCall runs create or link and caches the inode and its directory.
+func (c *Client) entryCall(op uint16, enc func(*wire.Enc)) (*proto.Inode, error) {
+	var r proto.EntryReply
+	if err := c.metaCall(op, enc, func(d *wire.Dec) error { r.Decode(d); return nil }); err != nil {
+		return nil, err
+	}
+	c.attrs.put(&r.Inode)
+	c.attrs.put(&r.Parent)
+	return &r.Inode, nil
 }
 
 // Create makes a new file, directory, symlink or special file.
@@ -41,8 +62,7 @@ func (c *Client) Create(r *proto.CreateReq) (*proto.Inode, error) {
 	if len(r.Target) > proto.MaxSymlink {
 		return nil, syscall.ENAMETOOLONG
 	}
-	var n proto.Inode
-	return &n, c.metaCall(proto.OpCreate, r.Encode, decodeInode(&n))
+	return c.entryCall(proto.OpCreate, r.Encode)
 }
 
 // Link adds a hard link.
@@ -50,9 +70,8 @@ func (c *Client) Link(ino, newParent uint64, newName string) (*proto.Inode, erro
 	if len(newName) > proto.MaxName {
 		return nil, syscall.ENAMETOOLONG
 	}
-	var n proto.Inode
 	r := proto.LinkReq{Ino: ino, NewParent: newParent, NewName: newName}
-	return &n, c.metaCall(proto.OpLink, r.Encode, decodeInode(&n))
+	return c.entryCall(proto.OpLink, r.Encode)
 }
 
 // Unlink removes a name (dir: like rmdir). If this client has the inode
@@ -72,6 +91,10 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	r := proto.UnlinkReq{Parent: parent, Name: name, Dir: dir, Open: open, Session: c.session}
 	var reply proto.UnlinkReply
 	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	if err == nil {
+		c.attrs.drop(reply.Ino)
+		c.attrs.put(&reply.Parent)
+	}
 	if err == nil && open && !reply.Removed {
 		c.markOrphan(reply.Ino)
 	}
@@ -91,7 +114,14 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 	}
 	r := proto.RenameReq{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName,
 		Flags: flags, Open: replacedOpen != 0, Session: c.session}
-	err := c.metaCall(proto.OpRename, r.Encode, nil)
+	var reply proto.RenameReply
+	err := c.metaCall(proto.OpRename, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	if err == nil {
+		c.attrs.put(&reply.OldParent)
+		c.attrs.put(&reply.NewParent)
+		c.attrs.drop(reply.Moved) // ctime moves
+		c.attrs.drop(reply.Replaced)
+	}
 	if err == nil && replacedOpen != 0 {
 		c.markOrphan(replacedOpen)
 	}
@@ -104,6 +134,7 @@ func (c *Client) ReadDir(ino uint64, after string, limit int, plus bool) (*proto
 	r := proto.ReadDirReq{Ino: ino, After: after, Limit: uint32(limit), Plus: plus}
 	err := c.metaCall(proto.OpReadDir, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 	for i := range reply.Inodes {
+		c.attrs.put(&reply.Inodes[i])
 		c.overlay(&reply.Inodes[i])
 	}
 	return &reply, err
@@ -148,6 +179,7 @@ func (c *Client) SetXattr(ino uint64, name string, value []byte, flags uint32) e
 		return syscall.E2BIG
 	}
 	c.forgetCapability(ino)
+	defer c.attrs.drop(ino) // ctime moves
 	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags}
 	return c.metaCall(proto.OpSetXattr, r.Encode, nil)
 }
@@ -169,12 +201,14 @@ func (c *Client) ListXattr(ino uint64) ([]string, error) {
 // RemoveXattr removes an extended attribute.
 func (c *Client) RemoveXattr(ino uint64, name string) error {
 	c.forgetCapability(ino)
+	defer c.attrs.drop(ino)
 	r := proto.XattrReq{Ino: ino, Name: name}
 	return c.metaCall(proto.OpRemoveXattr, r.Encode, nil)
 }
 
 // SetStripe sets the striping pattern new files in directory ino get.
 func (c *Client) SetStripe(ino uint64, s proto.Stripe) error {
+	defer c.attrs.drop(ino)
 	r := proto.SetStripeReq{Ino: ino, Stripe: s}
 	return c.metaCall(proto.OpSetStripe, r.Encode, nil)
 }
@@ -199,15 +233,15 @@ func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
 			return nil, err
 		}
 	}
-	var n proto.Inode
-	if err := c.metaCall(proto.OpSetAttr, r.Encode, decodeInode(&n)); err != nil {
+	n, err := c.inodeCall(proto.OpSetAttr, r.Encode)
+	if err != nil {
 		return nil, err
 	}
 	if r.Valid&proto.SetSize != 0 {
-		c.sizeChanged(n.Ino, r.Size, &n)
+		c.sizeChanged(n.Ino, r.Size, n)
 	}
-	c.overlay(&n)
-	return &n, nil
+	c.overlay(n)
+	return n, nil
 }
 
 func errnoOf(err error) syscall.Errno { return rpc.ErrnoOf(err) }

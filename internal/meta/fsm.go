@@ -146,7 +146,7 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpRename:
 		var r proto.RenameReq
 		r.Decode(d)
-		return decoded(d, func() error { return t.rename(&r) })
+		return decoded(d, func() error { return t.rename(&r, out) })
 	case proto.OpSetAttr:
 		var r proto.SetAttrReq
 		r.Decode(d)

@@ -71,7 +71,7 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 	t.putInode(parent)
 	t.putInode(n)
 	t.putDent(r.Parent, r.Name, ino, n.Mode)
-	n.Inode.Encode(out)
+	(&proto.EntryReply{Inode: n.Inode, Parent: parent.Inode}).Encode(out)
 	return nil
 }
 
@@ -119,7 +119,7 @@ func (t *tx) link(r *proto.LinkReq, out *wire.Enc) error {
 	t.putInode(parent)
 	t.putInode(n)
 	t.putDent(r.NewParent, r.NewName, n.Ino, n.Mode)
-	n.Inode.Encode(out)
+	(&proto.EntryReply{Inode: n.Inode, Parent: parent.Inode}).Encode(out)
 	return nil
 }
 
@@ -156,7 +156,7 @@ func (t *tx) unlink(r *proto.UnlinkReq, out *wire.Enc) error {
 	t.touch(parent)
 	t.putInode(parent)
 	removed := t.unlinkInode(n, r.Open, r.Session)
-	reply := proto.UnlinkReply{Ino: ino, Removed: removed}
+	reply := proto.UnlinkReply{Ino: ino, Removed: removed, Parent: parent.Inode}
 	reply.Encode(out)
 	return nil
 }
@@ -179,7 +179,7 @@ func (t *tx) isAncestor(a, b uint64) (bool, error) {
 	return false, rpc.Errorf(syscall.ELOOP, "directory tree too deep")
 }
 
-func (t *tx) rename(r *proto.RenameReq) error {
+func (t *tx) rename(r *proto.RenameReq, out *wire.Enc) error {
 	if err := checkName(r.NewName); err != nil {
 		return err
 	}
@@ -216,13 +216,15 @@ func (t *tx) rename(r *proto.RenameReq) error {
 		if !dstFound {
 			return rpc.Errorf(syscall.ENOENT, "%q not found", r.NewName)
 		}
-		return t.exchange(r, op, np, src, dstIno)
+		return t.exchange(r, op, np, src, dstIno, out)
 	}
 	if dstFound && r.Flags&proto.RenameNoReplace != 0 {
 		return rpc.Errorf(syscall.EEXIST, "%q exists", r.NewName)
 	}
 	if dstFound && dstIno == srcIno {
-		return nil // both names are links to one inode: POSIX says do nothing
+		// Both names are links to one inode: POSIX says do nothing.
+		(&proto.RenameReply{OldParent: op.Inode, NewParent: np.Inode, Moved: srcIno}).Encode(out)
+		return nil
 	}
 	if src.isDir() && r.NewParent != r.OldParent {
 		if inside, err := t.isAncestor(srcIno, r.NewParent); err != nil {
@@ -271,11 +273,16 @@ func (t *tx) rename(r *proto.RenameReq) error {
 		t.touch(np)
 		t.putInode(np)
 	}
+	reply := proto.RenameReply{OldParent: op.Inode, NewParent: np.Inode, Moved: srcIno}
+	if dst != nil {
+		reply.Replaced = dst.Ino
+	}
+	reply.Encode(out)
 	return nil
 }
 
 // exchange swaps two names atomically (RENAME_EXCHANGE).
-func (t *tx) exchange(r *proto.RenameReq, op, np, src *inodeRec, dstIno uint64) error {
+func (t *tx) exchange(r *proto.RenameReq, op, np, src *inodeRec, dstIno uint64, out *wire.Enc) error {
 	dst, err := t.inode(dstIno)
 	if err != nil {
 		return err
@@ -318,6 +325,7 @@ func (t *tx) exchange(r *proto.RenameReq, op, np, src *inodeRec, dstIno uint64) 
 		t.touch(np)
 		t.putInode(np)
 	}
+	(&proto.RenameReply{OldParent: op.Inode, NewParent: np.Inode, Moved: src.Ino, Replaced: dst.Ino}).Encode(out)
 	return nil
 }
 

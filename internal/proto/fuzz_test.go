@@ -27,7 +27,8 @@ func allMessages() []func() message {
 		func() message { return &HeartbeatReq{} }, func() message { return &StatusReply{} },
 		func() message { return &ChunkWriteReq{} }, func() message { return &ChunkReadReq{} },
 		func() message { return &ChunkTruncateReq{} }, func() message { return &ChunkSyncReq{} },
-		func() message { return &ChunkDeleteReq{} },
+		func() message { return &ChunkDeleteReq{} }, func() message { return &EntryReply{} },
+		func() message { return &RenameReply{} },
 	}
 }
 

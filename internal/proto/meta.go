@@ -204,14 +204,53 @@ func (r *UnlinkReq) Decode(d *wire.Dec) {
 	r.Now = d.I64()
 }
 
-// UnlinkReply says which inode lost a link and whether it is gone.
+// UnlinkReply says which inode lost a link, whether it is gone, and what
+// the directory looks like now.
 type UnlinkReply struct {
 	Ino     uint64
 	Removed bool
+	Parent  Inode
 }
 
-func (r *UnlinkReply) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.Removed) }
-func (r *UnlinkReply) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Removed = d.Bool() }
+func (r *UnlinkReply) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.Removed); r.Parent.Encode(e) }
+func (r *UnlinkReply) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.Removed = d.Bool()
+	r.Parent.Decode(d)
+}
+
+// EntryReply answers create and link: the inode, and its directory after
+// the change (so clients can refresh both without asking again).
+type EntryReply struct {
+	Inode  Inode
+	Parent Inode
+}
+
+func (r *EntryReply) Encode(e *wire.Enc) { r.Inode.Encode(e); r.Parent.Encode(e) }
+func (r *EntryReply) Decode(d *wire.Dec) { r.Inode.Decode(d); r.Parent.Decode(d) }
+
+// RenameReply gives both directories after a rename, the inode that was
+// moved, and the inode a replacing rename unlinked (0 if none).
+type RenameReply struct {
+	OldParent Inode
+	NewParent Inode
+	Moved     uint64
+	Replaced  uint64
+}
+
+func (r *RenameReply) Encode(e *wire.Enc) {
+	r.OldParent.Encode(e)
+	r.NewParent.Encode(e)
+	e.U64(r.Moved)
+	e.U64(r.Replaced)
+}
+
+func (r *RenameReply) Decode(d *wire.Dec) {
+	r.OldParent.Decode(d)
+	r.NewParent.Decode(d)
+	r.Moved = d.U64()
+	r.Replaced = d.U64()
+}
 
 // Rename flags, as in renameat2(2).
 const (
