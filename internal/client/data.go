@@ -7,7 +7,6 @@ import (
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
-	"tandemfs/internal/wire"
 )
 
 // piece is the part of an I/O that falls into one chunk.
@@ -88,7 +87,7 @@ func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool
 				Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index},
 				Off:   p.off, Data: data[p.pos : p.pos+uint64(p.n)], ChainVersion: version, Sync: sync,
 			}
-			return s.Call(proto.OpChunkWrite, r.Encode, nil)
+			return s.CallData(proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
 		})
 	})
 }
@@ -103,11 +102,11 @@ func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
 		dst := buf[p.pos : p.pos+uint64(p.n)]
 		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
 			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
-			return s.Call(proto.OpChunkRead, r.Encode, func(d *wire.Dec) error {
-				got := copy(dst, d.Bytes(proto.MaxData))
-				clear(dst[got:])
-				return nil
-			})
+			got, err := s.CallRead(proto.OpChunkRead, r.Encode, dst)
+			if err == nil {
+				clear(dst[got:]) // past the chunk's end: a hole
+			}
+			return err
 		})
 	})
 }

@@ -146,6 +146,20 @@ func (h *Handle) Ino() uint64 { return h.st.ino }
 
 // Read reads into buf at off and returns the bytes read (short at EOF).
 func (h *Handle) Read(buf []byte, off uint64) (int, error) {
+	data, err := h.ReadData(buf, off)
+	if err != nil {
+		return 0, err
+	}
+	if len(data) > 0 && &data[0] != &buf[0] {
+		copy(buf, data)
+	}
+	return len(data), nil
+}
+
+// ReadData reads at most len(buf) bytes at off. The result is buf or, for
+// sequential reads, possibly read-only memory of the readahead; callers
+// must not keep it past their next call.
+func (h *Handle) ReadData(buf []byte, off uint64) ([]byte, error) {
 	st := h.st
 	end := off + uint64(len(buf))
 	st.inflight.waitOverlap(off, end)
@@ -153,7 +167,7 @@ func (h *Handle) Read(buf []byte, off uint64) (int, error) {
 	size := st.size
 	if off >= size {
 		st.mu.Unlock()
-		return 0, nil
+		return nil, nil
 	}
 	if end > size {
 		end = size
@@ -163,20 +177,17 @@ func (h *Handle) Read(buf []byte, off uint64) (int, error) {
 		n := copy(buf, st.inode.InlineData[min(off, uint64(len(st.inode.InlineData))):])
 		clear(buf[n:])
 		st.mu.Unlock()
-		return len(buf), nil
+		return buf, nil
 	}
 	layout := st.inode
 	st.mu.Unlock()
-	if served, err := st.ra.read(h.c, &layout, size, off, buf); served {
-		if err != nil {
-			return 0, err
-		}
-		return len(buf), nil
+	if data, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
+		return data, err
 	}
 	if err := h.c.readPieces(&layout, off, buf); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(buf), nil
+	return buf, nil
 }
 
 // Write writes data at off. Buffered writes are sent in the background

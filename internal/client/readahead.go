@@ -42,8 +42,10 @@ type raBlock struct {
 }
 
 // read serves [off, off+len(buf)) from readahead if the access pattern is
-// sequential; it reports false when the caller should read directly.
-func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []byte) (bool, error) {
+// sequential; it reports false when the caller should read directly. The
+// bytes are returned in buf, or, when one fetched chunk holds them all, as
+// a slice of that chunk (never reused, so it stays valid), saving a copy.
+func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []byte) ([]byte, bool, error) {
 	cs := uint64(in.Stripe.ChunkSize)
 	ra.mu.Lock()
 	// The kernel sends its own readahead requests concurrently, so they
@@ -61,7 +63,7 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 	}
 	if ra.streak < raTrigger || cs == 0 {
 		ra.mu.Unlock()
-		return false, nil
+		return nil, false, nil
 	}
 	if ra.blocks == nil {
 		ra.blocks = map[uint64]*raBlock{}
@@ -84,11 +86,19 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 	}
 	ra.mu.Unlock()
 
+	if len(need) == 1 {
+		b := need[0]
+		<-b.done
+		start := first * cs
+		if b.err == nil && off+uint64(len(buf))-start <= uint64(len(b.data)) {
+			return b.data[off-start : off-start+uint64(len(buf))], true, nil
+		}
+	}
 	for i, b := range need {
 		<-b.done
 		if b.err != nil {
 			ra.invalidate()
-			return true, b.err
+			return nil, true, b.err
 		}
 		start := (first + uint64(i)) * cs
 		lo := max(off, start)
@@ -100,7 +110,7 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 		}
 		clear(dst[n:])
 	}
-	return true, nil
+	return buf, true, nil
 }
 
 // fetchChunk starts reading chunk idx of the file in the background.

@@ -57,11 +57,11 @@ func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofus
 	if h == nil {
 		return nil, gofuse.EBADF
 	}
-	n, err := h.Read(buf[:in.Size], in.Offset)
+	data, err := h.ReadData(buf[:in.Size], in.Offset)
 	if err != nil {
 		return nil, status(err)
 	}
-	return gofuse.ReadResultData(buf[:n]), gofuse.OK
+	return gofuse.ReadResultData(data), gofuse.OK
 }
 
 func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {

@@ -36,20 +36,29 @@ type ChunkWriteReq struct {
 	Sync         bool // fsync before replying (O_SYNC/O_DSYNC writers)
 }
 
+// Encode writes the request; the data comes last so that senders can
+// pass it to the kernel without copying it (see EncodeHead).
 func (r *ChunkWriteReq) Encode(e *wire.Enc) {
+	r.EncodeHead(e)
+	e.B = append(e.B, r.Data...)
+}
+
+// EncodeHead writes every field but the data's bytes: what remains to be
+// sent after it is exactly r.Data.
+func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
 	r.Chunk.Encode(e)
 	e.U32(r.Off)
-	e.Bytes(r.Data)
 	e.U32(r.ChainVersion)
 	e.Bool(r.Sync)
+	e.U32(uint32(len(r.Data)))
 }
 
 func (r *ChunkWriteReq) Decode(d *wire.Dec) {
 	r.Chunk.Decode(d)
 	r.Off = d.U32()
-	r.Data = d.Bytes(MaxData)
 	r.ChainVersion = d.U32()
 	r.Sync = d.Bool()
+	r.Data = d.Bytes(MaxData)
 }
 
 // ChunkReadReq reads up to Len bytes at Off inside a chunk. The reply's data

@@ -47,8 +47,12 @@ func readFrame(r io.Reader, buf []byte) ([]byte, error) {
 func frameStart(b []byte) []byte { return append(b[:0], 0, 0, 0, 0) }
 
 // frameEnd fills in the length prefix reserved by frameStart.
-func frameEnd(b []byte) error {
-	n := len(b) - lenBytes
+func frameEnd(b []byte) error { return frameEndWith(b, 0) }
+
+// frameEndWith is frameEnd for a frame whose last extra bytes are sent
+// separately after b.
+func frameEndWith(b []byte, extra int) error {
+	n := len(b) - lenBytes + extra
 	if n > MaxFrame {
 		return fmt.Errorf("message of %d bytes exceeds limit %d", n, MaxFrame)
 	}

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -107,9 +108,10 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	var in []byte
 	out := make([]byte, 0, 64<<10)
+	r := bufio.NewReaderSize(c, 64<<10)
 	for {
 		var err error
-		in, err = readFrame(c, in)
+		in, err = readFrame(r, in)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.logf("connection from %s: %v", c.RemoteAddr(), err)
