@@ -141,10 +141,9 @@ func statusToJSON(st *proto.StatusReply) *statusJSON {
 		if t.State != proto.TargetOnline {
 			j.Healthy = false
 		}
-		j.Total += t.TotalBytes
-		j.Free += t.FreeBytes
 		j.Targets = append(j.Targets, tj)
 	}
+	j.Total, j.Free = proto.Capacity(st.Map.Targets)
 	sort.Slice(j.Targets, func(a, b int) bool { return j.Targets[a].ID < j.Targets[b].ID })
 	for _, c := range st.Map.Chains {
 		j.Chains = append(j.Chains, chainJSON{c.ID, c.Version, c.Targets})

@@ -248,10 +248,7 @@ func (s *Service) statFs(out *wire.Enc) error {
 		return err
 	}
 	var r proto.StatFsReply
-	for _, t := range m.Targets {
-		r.TotalBytes += t.TotalBytes
-		r.FreeBytes += t.FreeBytes
-	}
+	r.TotalBytes, r.FreeBytes = proto.Capacity(m.Targets)
 	v, _, err := get(s.fsm.db, keyNextIno)
 	if err != nil {
 		return err

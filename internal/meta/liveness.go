@@ -45,7 +45,7 @@ func (l *liveness) annotate(ts []proto.Target, deadAfter time.Duration) {
 			}
 		}
 		if info, ok := l.targets[t.UUID]; ok {
-			t.TotalBytes, t.FreeBytes = info.TotalBytes, info.FreeBytes
+			t.TotalBytes, t.FreeBytes, t.Device = info.TotalBytes, info.FreeBytes, info.Device
 		}
 	}
 }

@@ -25,6 +25,9 @@ type Target struct {
 	TotalBytes uint64
 	FreeBytes  uint64
 	LastSeenMs int64 // unix ms of the last heartbeat, 0 if never
+	// Device identifies the file system holding the target on its
+	// server; targets sharing one are counted once in the capacity.
+	Device uint64
 }
 
 // Chain is an ordered list of targets that hold the same chunks.
@@ -95,6 +98,7 @@ func (t *Target) Encode(e *wire.Enc) {
 	e.U64(t.TotalBytes)
 	e.U64(t.FreeBytes)
 	e.I64(t.LastSeenMs)
+	e.U64(t.Device)
 }
 
 func (t *Target) Decode(d *wire.Dec) {
@@ -106,6 +110,7 @@ func (t *Target) Decode(d *wire.Dec) {
 	t.TotalBytes = d.U64()
 	t.FreeBytes = d.U64()
 	t.LastSeenMs = d.I64()
+	t.Device = d.U64()
 }
 
 // TargetInfo is what a storage server reports about one of its targets.
@@ -114,6 +119,7 @@ type TargetInfo struct {
 	Path       string
 	TotalBytes uint64
 	FreeBytes  uint64
+	Device     uint64 // st_dev of the target directory
 }
 
 func (t *TargetInfo) Encode(e *wire.Enc) {
@@ -121,6 +127,7 @@ func (t *TargetInfo) Encode(e *wire.Enc) {
 	e.String(t.Path)
 	e.U64(t.TotalBytes)
 	e.U64(t.FreeBytes)
+	e.U64(t.Device)
 }
 
 func (t *TargetInfo) Decode(d *wire.Dec) {
@@ -128,6 +135,7 @@ func (t *TargetInfo) Decode(d *wire.Dec) {
 	t.Path = d.String(4096)
 	t.TotalBytes = d.U64()
 	t.FreeBytes = d.U64()
+	t.Device = d.U64()
 }
 
 // RegisterServerReq announces a storage server and its targets. It is sent
@@ -220,4 +228,25 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	r.Inodes = d.U64()
 	r.InlineLimit = d.U32()
 	r.Sessions = d.U32()
+}
+
+// Capacity sums the space of targets, counting a file system shared by
+// several targets of one server once (a one-machine cluster keeps every
+// target on the same disk).
+func Capacity(targets []Target) (total, free uint64) {
+	type fsKey struct {
+		server uint32
+		device uint64
+	}
+	seen := map[fsKey]bool{}
+	for _, t := range targets {
+		k := fsKey{t.Server, t.Device}
+		if t.Device != 0 && seen[k] {
+			continue
+		}
+		seen[k] = true
+		total += t.TotalBytes
+		free += t.FreeBytes
+	}
+	return total, free
 }

@@ -2,10 +2,10 @@ package rpc
 
 import (
 	"bufio"
-	"fmt"
-	"io"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"sync"
 	"syscall"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"tandemfs/internal/proto"
@@ -43,7 +44,7 @@ func (s *Service) sleep(d time.Duration) bool {
 func (s *Service) targetInfos() []proto.TargetInfo {
 	infos := make([]proto.TargetInfo, len(s.targets))
 	for i, tg := range s.targets {
-		infos[i] = proto.TargetInfo{UUID: tg.UUID(), Path: tg.Dir()}
+		infos[i] = proto.TargetInfo{UUID: tg.UUID(), Path: tg.Dir(), Device: deviceOf(tg.Dir())}
 		total, free, err := tg.Capacity()
 		if err != nil {
 			s.logf("storage: target %s: capacity: %v", tg.Dir(), err)
@@ -156,4 +157,14 @@ func explainMetaErr(err error) string {
 		return "metadata service unreachable: " + msg
 	}
 	return msg
+}
+
+// deviceOf is the st_dev of path (0 if it cannot be read), so that the
+// metadata service counts targets that share a file system once.
+func deviceOf(path string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return uint64(st.Dev)
 }
