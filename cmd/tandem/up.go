@@ -30,6 +30,9 @@ the mount is usable. Running it again on the same DIR restarts whatever is not
 running and brings back every file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Servers < 1 || o.TargetsPerServer < 1 {
+				return fmt.Errorf("--servers and --targets-per-server must be at least one server and one target")
+			}
 			if cmd.Flags().Changed("inline-max") {
 				o.InlineMax = inline
 			}
