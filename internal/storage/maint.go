@@ -79,6 +79,32 @@ func (t *Target) truncateLocked(ch *chunk, size int64) error {
 	return nil
 }
 
+// syncParallelism bounds the fsyncs one Sync runs at once.
+const syncParallelism = 16
+
+// syncChunk fsyncs one chunk's data and checksums, if it exists.
+func (t *Target) syncChunk(k chunkKey) error {
+	ch, err := t.acquire(k, false)
+	if err != nil {
+		return t.chunkErr("sync", k, err)
+	}
+	if ch == nil {
+		return nil // nothing written: a hole is durable as it is
+	}
+	// No chunk lock: fsync may run alongside writes, and the reference
+	// keeps the files open.
+	err = ch.data.Sync()
+	if err == nil {
+		err = ch.sum.Sync()
+	}
+	t.cache.release(ch)
+	if err != nil {
+		t.logf("storage: target %s: fsync of chunk %d/%d failed: %v", t.dir, k.ino, k.idx, err)
+		return t.chunkErr("sync", k, err)
+	}
+	return nil
+}
+
 // Sync makes the listed chunks of file ino durable: their data, their
 // checksums and, for chunks created since the last Sync, their directory
 // entries. No indexes means every chunk of the file on this target.
@@ -89,26 +115,26 @@ func (t *Target) Sync(ino uint64, indexes []uint64) error {
 			return fmt.Errorf("sync file %d on target %s: %w", ino, t.dir, err)
 		}
 	}
+	// fsync the chunks concurrently: the file system then writes their
+	// data together and folds their journal commits into a few, where one
+	// fsync after another would wait a full commit each.
+	errs := make(chan error, len(indexes))
+	sem := make(chan struct{}, syncParallelism)
 	for _, idx := range indexes {
-		k := chunkKey{ino, idx}
-		ch, err := t.acquire(k, false)
-		if err != nil {
-			return t.chunkErr("sync", k, err)
+		sem <- struct{}{}
+		go func(idx uint64) {
+			defer func() { <-sem }()
+			errs <- t.syncChunk(chunkKey{ino, idx})
+		}(idx)
+	}
+	var first error
+	for range indexes {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
-		if ch == nil {
-			continue // nothing written: a hole is durable as it is
-		}
-		// No chunk lock: fsync may run alongside writes, and the
-		// reference keeps the files open.
-		err = ch.data.Sync()
-		if err == nil {
-			err = ch.sum.Sync()
-		}
-		t.cache.release(ch)
-		if err != nil {
-			t.logf("storage: target %s: fsync of chunk %d/%d failed: %v", t.dir, ino, idx, err)
-			return t.chunkErr("sync", k, err)
-		}
+	}
+	if first != nil {
+		return first
 	}
 	if err := t.syncDirs(ino); err != nil {
 		return fmt.Errorf("sync directory of file %d on target %s: %w", ino, t.dir, err)
