@@ -181,8 +181,10 @@ func (h *Handle) ReadData(buf []byte, off uint64) ([]byte, error) {
 	}
 	layout := st.inode
 	st.mu.Unlock()
-	if data, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
-		return data, err
+	if !h.direct { // O_DIRECT readers asked for no caching
+		if data, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
+			return data, err
+		}
 	}
 	if err := h.c.readPieces(&layout, off, buf); err != nil {
 		return nil, err

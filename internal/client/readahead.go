@@ -11,13 +11,16 @@ import (
 // the whole stripe busy (the kernel's own readahead asks for one window at
 // a time, which leaves every target idle most of the time).
 const (
-	raTrigger    = 2       // sequential reads before readahead starts
+	// raTrigger is how many reads in a row must land near the reader's
+	// front before readahead starts; random reads in a large file almost
+	// never do four times running.
+	raTrigger    = 4
 	raWindowSize = 8 << 20 // bytes fetched ahead of the reader
 )
 
 // raSlack is how far from the reader's front a read may land and still
 // count as sequential.
-const raSlack = 4 << 20
+const raSlack = 2 << 20
 
 func near(a, b, slack uint64) bool {
 	if a > b {
