@@ -343,6 +343,17 @@ func TestPOSIX(t *testing.T) {
 		if st.Uid != 65534 {
 			t.Fatalf("file created by nobody is owned by %d", st.Uid)
 		}
+		// A write by another user clears set-user-ID and set-group-ID.
+		suid := filepath.Join(d, "suid")
+		mustWrite(t, suid, []byte("#!/bin/sh\n"))
+		os.Chmod(suid, 0o6777)
+		if err := asNobody("echo x >> " + suid); err != nil {
+			t.Fatalf("nobody could not append to a 0777 file: %v", err)
+		}
+		syscall.Stat(suid, &st)
+		if st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+			t.Fatalf("mode %o after an unprivileged write still has set-ID bits", st.Mode&0o7777)
+		}
 	})
 
 	t.Run("symlinks and hard links", func(t *testing.T) {

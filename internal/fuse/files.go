@@ -44,12 +44,28 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return gofuse.EISDIR
 	}
+	if in.Mode&gofuse.OPEN_KILL_SUIDGID != 0 {
+		if err := fs.dropPrivileges(n); err != nil {
+			return status(err)
+		}
+	}
 	h, err := fs.c.Open(n, in.Flags)
 	if err != nil {
 		return status(err)
 	}
 	out.Fh = fs.addFile(h)
 	return gofuse.OK
+}
+
+// dropPrivileges clears set-user-ID (and set-group-ID with group execute)
+// as the kernel asks when an unprivileged user writes or truncates.
+func (fs *FS) dropPrivileges(n *proto.Inode) error {
+	m := killSuidGid(n.Mode)
+	if m == n.Mode {
+		return nil
+	}
+	_, err := fs.c.SetAttr(&proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetMode, Mode: m})
+	return err
 }
 
 func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
@@ -68,6 +84,15 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 	h := fs.file(in.Fh)
 	if h == nil {
 		return 0, gofuse.EBADF
+	}
+	if in.WriteFlags&gofuse.WRITE_KILL_SUIDGID != 0 {
+		n, err := fs.c.GetAttr(in.NodeId)
+		if err == nil {
+			err = fs.dropPrivileges(n)
+		}
+		if err != nil {
+			return 0, status(err)
+		}
 	}
 	n, err := h.Write(data, in.Offset)
 	return uint32(n), status(err)

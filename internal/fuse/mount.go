@@ -34,6 +34,10 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// Never let the kernel bypass the client (FUSE passthrough):
 		// TandemFS data lives on remote targets.
 		DisabledCapabilities: gofuse.CAP_PASSTHROUGH,
+		// With KILLPRIV_V2 the kernel tells us when a write must clear
+		// set-user-ID bits instead of asking for security.capability
+		// before every single write (a round trip per write).
+		ExtraCapabilities: gofuse.CAP_HANDLE_KILLPRIV_V2,
 	}
 	srv, err := gofuse.NewServer(New(c), dir, opts)
 	if err != nil {
