@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tandemfs/internal/bench"
+	"tandemfs/internal/rpc"
 )
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }
@@ -68,6 +69,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // benchFlags are the flag values of every bench command but agent.
 type benchFlags struct {
 	threads, agents, report, label string
+	secretFile                     string
 	json, keep, dropCaches         bool
 	timeout                        time.Duration
 	seed                           uint64
@@ -86,6 +88,7 @@ type benchFlags struct {
 func (f *benchFlags) addCommon(fs *pflag.FlagSet) {
 	fs.StringVar(&f.threads, "threads", "1,2", "thread counts to sweep, total over all agents (e.g. 1,2,4,8)")
 	fs.StringVar(&f.agents, "agents", "", "run the workers on these agents (host:port,host:port), each in the same directory path")
+	fs.StringVar(&f.secretFile, "secret-file", "", "secret shared with the agents (mode 0600; e.g. the cluster secret)")
 	fs.BoolVar(&f.json, "json", false, "print the results as JSON (parameters, figures, equivalent commands) instead of a table")
 	fs.StringVar(&f.report, "report", "", "also write an HTML report with charts to `FILE.html` (and the charts as FILE-*.svg/png)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the benchmark files instead of removing them")
@@ -348,7 +351,14 @@ func executor(ctx context.Context, f *benchFlags) (bench.Executor, func(), error
 	if len(addrs) == 0 {
 		return bench.Local{}, func() {}, nil
 	}
-	c, err := bench.Dial(ctx, addrs)
+	if f.secretFile == "" {
+		return nil, nil, benchUsage(errors.New("--agents needs --secret-file (the agents' secret; the cluster secret will do)"))
+	}
+	secret, err := rpc.ReadSecretFile(f.secretFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := bench.Dial(ctx, addrs, secret)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -406,7 +416,7 @@ func output(stdout, stderr io.Writer, rep bench.Report, f *benchFlags) error {
 }
 
 func newBenchAgentCmd() *cobra.Command {
-	var listen string
+	var listen, secretFile string
 	cmd := &cobra.Command{
 		Use:   "agent --listen ADDR",
 		Short: "Run a driver's benchmark workers on this client host",
@@ -419,6 +429,13 @@ command line. The agent only creates and removes files under directories
 named .tandem-bench.*. It runs until interrupted.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if secretFile == "" {
+				return benchUsage(errors.New("--secret-file is required: drivers must prove they hold it"))
+			}
+			secret, err := rpc.ReadSecretFile(secretFile)
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
@@ -427,9 +444,10 @@ named .tandem-bench.*. It runs until interrupted.`,
 			logger.Printf("listening on %s", ln.Addr())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return (&bench.Agent{Log: logger}).Serve(ctx, ln)
+			return (&bench.Agent{Secret: secret, Log: logger}).Serve(ctx, ln)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":7420", "TCP address to listen on")
+	cmd.Flags().StringVar(&secretFile, "secret-file", "", "secret drivers must hold (mode 0600; e.g. the cluster secret)")
 	return cmd
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"tandemfs/internal/bench"
+	"tandemfs/internal/rpc"
 )
 
 // runBenchCmd runs `tandem bench ARGS` and returns stdout, stderr and the
@@ -96,17 +98,40 @@ func TestBenchCompareJSONHasEveryRunWithParametersAndCommand(t *testing.T) {
 	}
 }
 
+// agentSecret writes a secret file shared by a test's driver and agents.
+func agentSecret(t *testing.T) (rpc.Secret, string) {
+	t.Helper()
+	s, err := rpc.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := rpc.WriteSecretFile(path, s); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}
+
+func TestBenchAgentsNeedASecret(t *testing.T) {
+	_, stderr, code := runBenchCmd(t, "meta", "/mnt/anywhere", "--agents", "127.0.0.1:1")
+	if code != 2 || !strings.Contains(stderr, "--secret-file") {
+		t.Errorf("exit %d, %q; want exit 2 asking for --secret-file", code, stderr)
+	}
+}
+
 func TestBenchWithAnUnreachableAgentNamesIt(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
-	_, stderr, code := runBenchCmd(t, "meta", "/mnt/anywhere", "--agents", addr)
+	_, secretFile := agentSecret(t)
+	_, stderr, code := runBenchCmd(t, "meta", "/mnt/anywhere", "--agents", addr, "--secret-file", secretFile)
 	if code != 1 || !strings.Contains(stderr, "agent "+addr+" is unreachable") {
 		t.Errorf("exit %d, %q; want exit 1 naming agent %s", code, stderr, addr)
 	}
 }
 
 func TestBenchDriverSumsTwoAgents(t *testing.T) {
+	secret, secretFile := agentSecret(t)
 	var addrs []string
 	for range 2 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -115,11 +140,11 @@ func TestBenchDriverSumsTwoAgents(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		go (&bench.Agent{}).Serve(ctx, ln)
+		go (&bench.Agent{Secret: secret}).Serve(ctx, ln)
 		addrs = append(addrs, ln.Addr().String())
 	}
 	stdout, stderr, code := runBenchCmd(t, "seq", t.TempDir(), "--size", "4M", "--threads", "4",
-		"--agents", strings.Join(addrs, ","), "--json", "--drop-caches=false")
+		"--agents", strings.Join(addrs, ","), "--secret-file", secretFile, "--json", "--drop-caches=false")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

@@ -9,13 +9,19 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"tandemfs/internal/rpc"
 )
 
 // Agent runs its share of the workers for a driver on another host, the
 // role of an IOzone -+m client or an MPI rank's host. It trusts the
 // driver with the file system, but only under ScratchPrefix directories.
 type Agent struct {
-	Log *log.Logger // may be nil
+	// Secret authenticates drivers: a connection must pass the same
+	// mutual challenge-response as every TandemFS connection (package
+	// rpc), so only holders of the secret can make this host write files.
+	Secret rpc.Secret
+	Log    *log.Logger // may be nil
 	// IdleTimeout closes a connection whose driver has sent nothing for
 	// this long, so a driver that vanished does not hold it forever.
 	IdleTimeout time.Duration
@@ -29,6 +35,10 @@ func (a *Agent) logf(format string, args ...any) {
 
 // Serve accepts drivers on ln until ctx ends, each connection on its own.
 func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	if len(a.Secret) == 0 {
+		return usageErr("a bench agent needs a secret (--secret-file)")
+	}
+	ln = &rpc.AuthListener{Listener: ln, Secret: a.Secret, Logf: a.logf}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {

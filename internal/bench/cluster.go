@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"tandemfs/internal/rpc"
 )
 
 // Cluster is the driver's side: it spreads a spec's workers over agents
@@ -42,14 +44,14 @@ const dialTimeout = 10 * time.Second
 
 // Dial connects to every agent and checks that it speaks this protocol.
 // The error names each agent that is unreachable or incompatible.
-func Dial(ctx context.Context, addrs []string) (*Cluster, error) {
+func Dial(ctx context.Context, addrs []string, secret rpc.Secret) (*Cluster, error) {
 	if len(addrs) == 0 {
 		return nil, usageErr("no agent address given")
 	}
 	c := &Cluster{PhaseTimeout: time.Hour}
 	var errs []error
 	for _, addr := range addrs {
-		a, err := dialAgent(ctx, addr)
+		a, err := dialAgent(ctx, addr, secret)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -63,9 +65,11 @@ func Dial(ctx context.Context, addrs []string) (*Cluster, error) {
 	return c, nil
 }
 
-func dialAgent(ctx context.Context, addr string) (*agentConn, error) {
-	d := net.Dialer{Timeout: dialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+func dialAgent(ctx context.Context, addr string, secret rpc.Secret) (*agentConn, error) {
+	conn, err := rpc.DialAuth(addr, secret, dialTimeout)
+	if errors.Is(err, rpc.ErrAuth) {
+		return nil, fmt.Errorf("agent %s refused us: %w (give driver and agent the same --secret-file)", addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s is unreachable: %w (is `tandem bench agent --listen %s` running there?)",
 			addr, err, addr)

@@ -5,9 +5,20 @@ import (
 	"encoding/binary"
 	"net"
 	"strings"
+	"tandemfs/internal/rpc"
 	"testing"
 	"time"
 )
+
+var testSecret = rpc.Secret("bench-agent-test-secret-32-bytes")
+
+func TestAnAgentRefusesADriverWithoutTheSecret(t *testing.T) {
+	addr := startAgent(t)
+	_, err := Dial(context.Background(), []string{addr}, rpc.Secret("some-other-secret-of-32-bytes!!!"))
+	if err == nil || !strings.Contains(err.Error(), "agent "+addr+" refused us") {
+		t.Fatalf("driver with a wrong secret: %v, want a refusal naming the agent", err)
+	}
+}
 
 // startAgent runs an agent on a loopback port for the test's duration.
 func startAgent(t *testing.T) string {
@@ -18,7 +29,7 @@ func startAgent(t *testing.T) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- (&Agent{}).Serve(ctx, ln) }()
+	go func() { done <- (&Agent{Secret: testSecret}).Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -34,7 +45,7 @@ func dialAgents(t *testing.T, n int) *Cluster {
 	for range n {
 		addrs = append(addrs, startAgent(t))
 	}
-	c, err := Dial(context.Background(), addrs)
+	c, err := Dial(context.Background(), addrs, testSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +115,7 @@ func TestAnUnreachableAgentIsNamedInTheError(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there any more
-	_, err := Dial(context.Background(), []string{good, dead})
+	_, err := Dial(context.Background(), []string{good, dead}, testSecret)
 	if err == nil || !strings.Contains(err.Error(), "agent "+dead+" is unreachable") || strings.Contains(err.Error(), good) {
 		t.Errorf("error %v: want it to name %s, and only it", err, dead)
 	}
@@ -132,7 +143,7 @@ func TestAnAgentRefusesScratchRootsOutsideItsOwnDirectories(t *testing.T) {
 
 func TestTheProtocolRefusesOversizedMessagesAndOtherVersions(t *testing.T) {
 	addr := startAgent(t)
-	conn, err := net.Dial("tcp", addr)
+	conn, err := rpc.DialAuth(addr, testSecret, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
