@@ -3,6 +3,9 @@ package fuse
 import (
 	"fmt"
 	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -48,5 +51,26 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		srv.Unmount()
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
+	if root {
+		setReadahead(dir, readaheadKB)
+	}
 	return srv, nil
+}
+
+// readaheadKB is the kernel readahead window asked for on the mount. FUSE
+// only ever lowers the default of 128 KiB, which makes the kernel read in
+// 128 KiB requests; 1 MiB lets each request carry a whole default chunk
+// (measured with dd on a 2 GiB file: 600 MB/s at 128 KiB, 730-880 at 1 MiB,
+// less again at 4 MiB and above, where requests queue behind each other).
+const readaheadKB = 1024
+
+// setReadahead sets read_ahead_kb of the mount's backing device, as
+// `blockdev --setra` would for a disk. Failure only costs speed.
+func setReadahead(dir string, kb int) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	os.WriteFile(path, []byte(fmt.Sprintf("%d\n", kb)), 0o644)
 }
