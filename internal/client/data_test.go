@@ -1,0 +1,105 @@
+package client
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"tandemfs/internal/proto"
+)
+
+func layout(chunk uint32, chains ...uint32) *proto.Inode {
+	return &proto.Inode{Stripe: proto.Stripe{ChunkSize: chunk, Count: uint32(len(chains))}, Chains: chains}
+}
+
+func TestSplitRangeCutsAtChunkBoundariesAndRotatesChains(t *testing.T) {
+	in := layout(1<<20, 7, 8, 9)
+	ps := splitRange(in, 1<<20-100, 2<<20+200)
+	want := []piece{
+		{chain: 7, index: 0, off: 1<<20 - 100, pos: 0, n: 100},
+		{chain: 8, index: 1, off: 0, pos: 100, n: 1 << 20},
+		{chain: 9, index: 2, off: 0, pos: 100 + 1<<20, n: 1 << 20},
+		{chain: 7, index: 3, off: 0, pos: 100 + 2<<20, n: 100},
+	}
+	if len(ps) != len(want) {
+		t.Fatalf("%d pieces, want %d: %+v", len(ps), len(want), ps)
+	}
+	for i := range want {
+		if ps[i] != want[i] {
+			t.Errorf("piece %d = %+v, want %+v", i, ps[i], want[i])
+		}
+	}
+}
+
+func TestSplitRangeOfNothingIsNoPieces(t *testing.T) {
+	if ps := splitRange(layout(4096, 1), 123, 0); len(ps) != 0 {
+		t.Fatalf("%+v", ps)
+	}
+}
+
+func TestOverlappingWritesWaitForEachOther(t *testing.T) {
+	var s rangeSet
+	s.init()
+	s.add(0, 100)
+	done := make(chan struct{})
+	go func() {
+		s.add(50, 150) // overlaps: must wait
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("an overlapping write did not wait")
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.done(0, 100)
+	<-done
+	s.add(200, 300) // disjoint: goes at once
+	s.done(50, 150)
+	s.done(200, 300)
+	s.waitAll()
+}
+
+func TestInflightBytesAreBounded(t *testing.T) {
+	var s rangeSet
+	s.init()
+	s.add(0, maxInflightBytes)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	started := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		close(started)
+		s.add(maxInflightBytes, maxInflightBytes+1) // over the bound: waits
+		s.done(maxInflightBytes, maxInflightBytes+1)
+	}()
+	<-started
+	time.Sleep(20 * time.Millisecond)
+	s.mu.Lock()
+	n := len(s.ranges)
+	s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d requests in flight beyond the byte bound", n)
+	}
+	s.done(0, maxInflightBytes)
+	wg.Wait()
+}
+
+func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
+	var ra readahead
+	in := layout(0) // ChunkSize 0: read reports whether it would serve, without I/O
+	for i := 0; i < 10; i++ {
+		off := uint64(i*7919*4096) % (1 << 30) // scattered
+		if _, served, _ := ra.read(nil, in, 1<<30, off, make([]byte, 4096)); served {
+			t.Fatal("random reads triggered readahead")
+		}
+	}
+	if ra.streak >= raTrigger {
+		t.Fatalf("streak %d after random reads", ra.streak)
+	}
+	for i := 0; i < raTrigger+1; i++ {
+		ra.read(nil, in, 1<<30, uint64(i)*131072, make([]byte, 131072))
+	}
+	if ra.streak < raTrigger {
+		t.Fatalf("streak %d after %d sequential reads", ra.streak, raTrigger+1)
+	}
+}

@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadLayoutExplainsAnEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, err := LoadLayout(dir)
+	if err == nil || !strings.Contains(err.Error(), "tandem up --data "+dir) {
+		t.Fatalf("got %v, want a hint to run tandem up", err)
+	}
+}
+
+func TestLayoutIsCreatedOnceAndReused(t *testing.T) {
+	o := &Options{Dir: t.TempDir(), Servers: 2, TargetsPerServer: 3, Mount: "mnt"}
+	l1, err := o.layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l1.Servers) != 2 || len(l1.Servers[1].Targets) != 3 || l1.MetaAddr == "" {
+		t.Fatalf("layout %+v", l1)
+	}
+	if fi, err := os.Stat(l1.SecretFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file: %v %v", fi, err)
+	}
+	o.Servers = 5 // a later up keeps the cluster's shape and addresses
+	l2, err := o.layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.MetaAddr != l1.MetaAddr || len(l2.Servers) != 2 {
+		t.Fatalf("second layout %+v differs from the first %+v", l2, l1)
+	}
+}
+
+func TestRunningKnowsLiveDeadAndReusedPIDs(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "run"), 0o700)
+	if running(dir, "x") {
+		t.Fatal("no PID file, yet running")
+	}
+	// A live process whose command line does not name tandem: a reused PID.
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	os.WriteFile(pidFile(dir, "x"), []byte(strings.TrimSpace(itoa(cmd.Process.Pid))), 0o600)
+	if running(dir, "x") {
+		t.Fatal("a PID reused by `sleep` counts as a running tandem process")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if running(dir, "x") {
+		t.Fatal("a dead process counts as running")
+	}
+}
+
+func itoa(i int) string {
+	s := ""
+	for ; i > 0; i /= 10 {
+		s = string(rune('0'+i%10)) + s
+	}
+	return s
+}
+
+func TestTailKeepsTheLastLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	os.WriteFile(p, []byte("a\nb\nc\nd\n"), 0o600)
+	if got := tail(p, 2); got != "c\nd" {
+		t.Fatalf("tail = %q", got)
+	}
+}
