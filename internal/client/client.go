@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +23,8 @@ import (
 
 // Config says how to reach the cluster.
 type Config struct {
+	// MetaAddr lists the metadata replicas, comma-separated; calls go to
+	// the leader, found by trying them in turn.
 	MetaAddr string
 	Secret   rpc.Secret
 	// GiveUp is how long an operation keeps retrying while a service is
@@ -34,7 +38,8 @@ type Config struct {
 // concurrent use.
 type Client struct {
 	cfg     Config
-	meta    *rpc.Client
+	metas   []*rpc.Client // one per metadata replica
+	leader  atomic.Int32  // index in metas of the replica that answered last
 	session uint64
 
 	mapMu   sync.RWMutex
@@ -67,14 +72,21 @@ func New(cfg Config) (*Client, error) {
 	rand.Read(sid[:])
 	c := &Client{
 		cfg:     cfg,
-		meta:    rpc.NewClient(cfg.MetaAddr, cfg.Secret),
 		session: binary.LittleEndian.Uint64(sid[:]) | 1,
 		storage: map[string]*rpc.Client{},
 		files:   map[uint64]*fileState{},
 		stop:    make(chan struct{}),
 	}
+	for _, addr := range strings.Split(cfg.MetaAddr, ",") {
+		if addr = strings.TrimSpace(addr); addr != "" {
+			c.metas = append(c.metas, rpc.NewClient(addr, cfg.Secret))
+		}
+	}
+	if len(c.metas) == 0 {
+		return nil, fmt.Errorf("no metadata service address given")
+	}
 	if err := c.refreshMap(); err != nil {
-		c.meta.Close()
+		c.closeMetas()
 		return nil, fmt.Errorf("metadata service %s: %w", cfg.MetaAddr, err)
 	}
 	c.keepalive()
@@ -92,7 +104,7 @@ func (c *Client) Close() {
 	}
 	close(c.stop)
 	c.wg.Wait()
-	c.meta.Close()
+	c.closeMetas()
 	c.storageMu.Lock()
 	for _, s := range c.storage {
 		s.Close()
@@ -129,14 +141,38 @@ func (c *Client) background() {
 	}
 }
 
+func (c *Client) closeMetas() {
+	for _, m := range c.metas {
+		m.Close()
+	}
+}
+
+// callLeader calls the replica believed to lead; on a transport failure
+// or a "not the leader" answer it moves on to the next replica, so a
+// retry reaches the new leader after a failover.
+func (c *Client) callLeader(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
+	i := int(c.leader.Load()) % len(c.metas)
+	err := c.metas[i].Call(op, enc, dec)
+	if err != nil && retryable(err) && len(c.metas) > 1 {
+		c.leader.CompareAndSwap(int32(i), int32((i+1)%len(c.metas)))
+	}
+	return err
+}
+
 func (c *Client) keepalive() {
 	r := proto.InoReq{Session: c.session}
-	c.meta.Call(proto.OpSessionKeepalive, r.Encode, nil)
+	c.callLeader(proto.OpSessionKeepalive, r.Encode, nil)
 }
 
 func (c *Client) refreshMap() error {
 	var m proto.ClusterMap
-	err := c.meta.Call(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
+	var err error
+	for range c.metas { // one pass over the replicas, no waiting
+		err = c.callLeader(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
+		if err == nil || !retryable(err) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -234,7 +270,7 @@ func retryable(err error) bool {
 
 // metaCall calls the metadata service, retrying while it is unreachable.
 func (c *Client) metaCall(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
-	return c.retry("metadata service", func() error { return c.meta.Call(op, enc, dec) })
+	return c.retry("metadata service", func() error { return c.callLeader(op, enc, dec) })
 }
 
 func decodeInode(n *proto.Inode) func(*wire.Dec) error {

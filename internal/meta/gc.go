@@ -22,7 +22,9 @@ func (s *Service) gcLoop() {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			s.collectGarbage(256)
+			if s.serving.Load() {
+				s.collectGarbage(256)
+			}
 		}
 	}
 }
@@ -120,8 +122,10 @@ func (s *Service) orphanLoop() {
 }
 
 func (s *Service) sweepOrphans() {
-	if time.Since(s.start) < s.cfg.SessionTimeout {
-		return // give clients time to reconnect after a restart
+	// Sessions are known to the leader only: give clients time to reach
+	// a new (or restarted) leader before judging them silent.
+	if !s.serving.Load() || time.Since(time.Unix(0, s.leaderSince.Load())) < s.cfg.SessionTimeout {
+		return
 	}
 	prefix := []byte{pOrphan}
 	var expired []uint64

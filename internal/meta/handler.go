@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/hashicorp/raft"
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -35,8 +34,8 @@ var mutations = map[uint16]func() decoder{
 }
 
 func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
-	if s.node.raft.State() != raft.Leader {
-		return rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader (leader: %s)", s.cfg.ID, s.node.raft.Leader())
+	if !s.serving.Load() {
+		return rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader; leader: %s", s.cfg.ID, s.leaderAddr())
 	}
 	if mk, ok := mutations[op]; ok {
 		payload := d.Rest()

@@ -39,7 +39,10 @@ type RaftConfig struct {
 	ID        string // this replica's ID
 	Listen    string // Raft address to listen on
 	Advertise string // Raft address peers use (default Listen)
-	Bootstrap bool   // form a new cluster with this node as its only voter if no state exists
+	Bootstrap bool   // form a new cluster if no state exists
+	// Voters is the initial configuration (ID → Raft address) when
+	// bootstrapping; empty means this node alone.
+	Voters    map[string]string
 	Secret    rpc.Secret
 	Logf      func(string, ...any)
 	LogOutput io.Writer
@@ -118,6 +121,14 @@ func startRaft(cfg RaftConfig, fsm *FSM) (*raftNode, error) {
 			conf := raft.Configuration{Servers: []raft.Server{{
 				ID: rc.LocalID, Address: raft.ServerAddress(cfg.Advertise), Suffrage: raft.Voter,
 			}}}
+			if len(cfg.Voters) > 0 {
+				// Every replica bootstraps with the same voters; Raft
+				// then elects one of them.
+				conf.Servers = nil
+				for id, addr := range cfg.Voters {
+					conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter})
+				}
+			}
 			if err := raft.BootstrapCluster(rc, logs, store, snaps, transport, conf); err != nil {
 				return nil, fmt.Errorf("bootstrapping raft: %w", err)
 			}

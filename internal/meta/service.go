@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,9 @@ type Config struct {
 	RaftListen string // address for Raft peers
 	ID         string // replica ID (default "meta1")
 	Secret     rpc.Secret
+	// Peers are all metadata replicas including this one, for a
+	// replicated service (three for one failure); empty: one replica.
+	Peers []Peer
 
 	// Settings a new file system is created with (ignored afterwards).
 	InlineLimit   uint32       // default 4096; 0 disables inline files? use -1 via NoInline
@@ -55,6 +59,12 @@ type Config struct {
 	LogOutput io.Writer
 }
 
+// Peer is one metadata replica: its ID, the address clients use and the
+// address of its Raft transport.
+type Peer struct {
+	ID, Addr, RaftAddr string
+}
+
 // Service is a running metadata service replica.
 type Service struct {
 	cfg   Config
@@ -64,9 +74,13 @@ type Service struct {
 	ln    net.Listener
 	start time.Time
 
-	live     *liveness
-	sessions *sessions
-	storage  *storageClients
+	// serving is true while this replica leads and has applied every
+	// entry committed before it took over; only then are reads current.
+	serving     atomic.Bool
+	leaderSince atomic.Int64 // unix ns when serving began
+	live        *liveness
+	sessions    *sessions
+	storage     *storageClients
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -109,9 +123,20 @@ func Start(cfg Config) (*Service, error) {
 		ln.Close()
 		return nil, err
 	}
+	voters := map[string]string{}
+	for _, p := range cfg.Peers {
+		voters[p.ID] = p.RaftAddr
+	}
+	if len(cfg.Peers) > 0 {
+		if _, ok := voters[cfg.ID]; !ok {
+			ln.Close()
+			fsm.Close()
+			return nil, fmt.Errorf("replica %q is not among the peers %v", cfg.ID, cfg.Peers)
+		}
+	}
 	node, err := startRaft(RaftConfig{
 		Dir: filepath.Join(cfg.Dir, "raft"), ID: cfg.ID, Listen: cfg.RaftListen,
-		Bootstrap: true, Secret: cfg.Secret, Logf: cfg.Logf, LogOutput: cfg.LogOutput,
+		Bootstrap: true, Voters: voters, Secret: cfg.Secret, Logf: cfg.Logf, LogOutput: cfg.LogOutput,
 		SyncEvery: cfg.SyncEvery,
 	}, fsm)
 	if err != nil {
@@ -130,22 +155,38 @@ func Start(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.leadershipLoop() }()
 	go func() { defer s.wg.Done(); s.srv.Serve(ln) }()
 	go func() { defer s.wg.Done(); s.gcLoop() }()
 	go func() { defer s.wg.Done(); s.orphanLoop() }()
 	return s, nil
 }
 
-// waitReady waits for leadership and a caught-up state machine.
+// waitReady waits until some replica leads. A replica that leads makes
+// itself ready (takeOver) before serving; a follower serves only
+// redirections to the leader.
 func (s *Service) waitReady() error {
 	deadline := time.Now().Add(60 * time.Second)
-	for s.node.raft.State() != raft.Leader {
+	for {
+		if addr, _ := s.node.raft.LeaderWithID(); addr != "" {
+			break
+		}
 		if time.Now().After(deadline) {
-			return errors.New("metadata service did not become Raft leader within 60 s")
+			return errors.New("no metadata replica became Raft leader within 60 s (are a majority of the peers running?)")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if s.node.raft.State() == raft.Leader {
+		return s.takeOver()
+	}
+	return nil
+}
+
+// takeOver readies a new leader: it waits until every entry committed
+// before its election is applied, and creates the root directory of a new
+// file system.
+func (s *Service) takeOver() error {
 	if err := s.node.raft.Barrier(time.Minute).Error(); err != nil {
 		return fmt.Errorf("catching up with the raft log: %w", err)
 	}
@@ -157,7 +198,49 @@ func (s *Service) waitReady() error {
 			return fmt.Errorf("creating the root directory: %w", err)
 		}
 	}
+	s.leaderSince.Store(time.Now().UnixNano())
+	s.serving.Store(true)
 	return nil
+}
+
+// leadershipLoop follows Raft's leadership: a replica that wins an
+// election takes over, one that loses it stops serving at once.
+func (s *Service) leadershipLoop() {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		leader := s.node.raft.State() == raft.Leader
+		switch {
+		case leader && !s.serving.Load():
+			if err := s.takeOver(); err != nil {
+				s.logf("taking over as leader: %v", err)
+			} else {
+				s.logf("replica %s leads the metadata service", s.cfg.ID)
+			}
+		case !leader && s.serving.Load():
+			s.serving.Store(false)
+			s.logf("replica %s no longer leads", s.cfg.ID)
+		}
+	}
+}
+
+// Leading reports whether this replica leads and serves.
+func (s *Service) Leading() bool { return s.serving.Load() }
+
+// leaderAddr is the client address of the current leader, if known.
+func (s *Service) leaderAddr() string {
+	_, id := s.node.raft.LeaderWithID()
+	for _, p := range s.cfg.Peers {
+		if p.ID == string(id) {
+			return p.Addr
+		}
+	}
+	return ""
 }
 
 // Addr is the address the service listens on.
