@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ func init() {
 		chunk                                   string
 		count                                   uint32
 		syncEvery                               time.Duration
+		peers                                   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "meta",
@@ -38,12 +40,16 @@ func init() {
 				return fmt.Errorf("--chunk-size: %w", err)
 			}
 			logger := log.New(os.Stderr, "meta: ", log.LstdFlags|log.Lmicroseconds)
+			peerList, err := parsePeers(peers)
+			if err != nil {
+				return err
+			}
 			if syncEvery == 0 {
 				syncEvery = -1 // fsync every commit
 			}
 			svc, err := meta.Start(meta.Config{
-				SyncEvery: syncEvery,
-				Dir:       dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
+				SyncEvery: syncEvery, Peers: peerList,
+				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
 				Logf:          logger.Printf, LogOutput: os.Stderr,
@@ -68,6 +74,7 @@ func init() {
 	f.BoolVar(&noInline, "no-inline", false, "store every file on targets (new file systems only)")
 	f.StringVar(&chunk, "chunk-size", "1M", "default chunk size (new file systems only)")
 	f.Uint32Var(&count, "stripe-count", 4, "default stripe count (new file systems only)")
+	f.StringArrayVar(&peers, "peer", nil, "a metadata replica as ID=ADDR,RAFTADDR; repeat for every replica, this one included (3 replicas survive one failure)")
 	f.DurationVar(&syncEvery, "sync-every", 100*time.Millisecond,
 		"fsync the metadata log this often (changes survive a process crash at once, a power failure after this delay or an application's fsync); 0 fsyncs every change")
 	cmd.MarkFlagRequired("data")
@@ -82,4 +89,21 @@ func waitForSignal() {
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	<-ch
 	signal.Stop(ch)
+}
+
+// parsePeers reads --peer values of the form ID=ADDR,RAFTADDR.
+func parsePeers(vals []string) ([]meta.Peer, error) {
+	var out []meta.Peer
+	for _, v := range vals {
+		id, addrs, ok := strings.Cut(v, "=")
+		addr, raftAddr, ok2 := strings.Cut(addrs, ",")
+		if !ok || !ok2 || id == "" || addr == "" || raftAddr == "" {
+			return nil, fmt.Errorf("--peer %q: want ID=ADDR,RAFTADDR, e.g. meta2=10.0.0.2:7100,10.0.0.2:7101", v)
+		}
+		out = append(out, meta.Peer{ID: id, Addr: addr, RaftAddr: raftAddr})
+	}
+	if n := len(out); n == 2 || n%2 == 0 && n > 0 {
+		return nil, fmt.Errorf("%d metadata replicas: use an odd number (1, 3, 5) so that a majority survives a failure", n)
+	}
+	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -30,7 +29,7 @@ func init() {
 				return err
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
-			c, err := client.New(client.Config{MetaAddr: firstAddr(metaAddr), Secret: secret, Logf: logger.Printf})
+			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf})
 			if err != nil {
 				return err
 			}
@@ -52,13 +51,10 @@ func init() {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&metaAddr, "meta", "127.0.0.1:7100", "metadata service address")
+	f.StringVar(&metaAddr, "meta", "127.0.0.1:7100", "metadata service address, or the addresses of all replicas (comma-separated)")
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
-
-// firstAddr picks the first of a comma-separated address list.
-func firstAddr(list string) string { return strings.TrimSpace(strings.Split(list, ",")[0]) }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -29,7 +32,8 @@ func (c *connectFlags) add(cmd *cobra.Command) {
 	f.StringVar(&c.secretFile, "secret-file", "", "cluster secret file (with --meta)")
 }
 
-func (c *connectFlags) client() (*rpc.Client, error) {
+// metaClients returns a client per metadata replica.
+func (c *connectFlags) client() ([]*rpc.Client, error) {
 	addr, secretFile := c.meta, c.secretFile
 	if addr == "" {
 		l, err := cluster.LoadLayout(c.dir)
@@ -45,9 +49,31 @@ func (c *connectFlags) client() (*rpc.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := rpc.NewClient(firstAddr(addr), secret)
-	cl.CallTimeout = 10 * time.Second
-	return cl, nil
+	var out []*rpc.Client
+	for _, a := range strings.Split(addr, ",") {
+		cl := rpc.NewClient(strings.TrimSpace(a), secret)
+		cl.CallTimeout = 10 * time.Second
+		out = append(out, cl)
+	}
+	return out, nil
+}
+
+// callLeader tries each replica until one answers other than "not the
+// leader" (EAGAIN) and closes the clients.
+func callLeader(cls []*rpc.Client, op uint16, dec func(*wire.Dec) error) error {
+	var errs []error
+	for _, cl := range cls {
+		err := cl.Call(op, nil, dec)
+		cl.Close()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
+		if !errors.Is(err, syscall.EAGAIN) && !rpc.IsNetError(err) {
+			break
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func init() {
@@ -58,14 +84,13 @@ func init() {
 		Short: "Show servers, targets, capacity and health",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := cf.client()
+			cls, err := cf.client()
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
 			var st proto.StatusReply
-			if err := cl.Call(proto.OpStatus, nil, func(d *wire.Dec) error { st.Decode(d); return nil }); err != nil {
-				return fmt.Errorf("metadata service %s: %w", cl.Addr, err)
+			if err := callLeader(cls, proto.OpStatus, func(d *wire.Dec) error { st.Decode(d); return nil }); err != nil {
+				return err
 			}
 			if asJSON {
 				return printStatusJSON(&st)

@@ -254,7 +254,9 @@ func (c *Client) retry(what string, call func() error) error {
 			return rpc.Errorf(syscall.EIO, "%s: client closed", what)
 		case <-time.After(backoff):
 		}
-		if backoff < time.Second {
+		// Retry often: a failover completes in a second or two, and each
+		// wasted backoff is a stall every application sees.
+		if backoff < 250*time.Millisecond {
 			backoff *= 2
 		}
 	}

@@ -38,7 +38,9 @@ func Down(dir string, force bool, progress io.Writer) error {
 	for _, s := range l.Servers {
 		names = append(names, s.Name)
 	}
-	names = append(names, "meta")
+	for _, m := range l.Metas {
+		names = append(names, m.procName(len(l.Metas)))
+	}
 	var errs []error
 	for _, name := range names {
 		if err := stop(dir, name); err != nil {
@@ -73,6 +75,19 @@ func stop(dir, name string) error {
 	return nil
 }
 
+// KillProcess sends SIGKILL to one recorded process (e.g. "meta2",
+// "storage1") and waits until it is gone, as a crash of that part would.
+func KillProcess(dir, name string) error {
+	if !running(dir, name) {
+		return fmt.Errorf("%s is not running", name)
+	}
+	syscall.Kill(readPid(dir, name), syscall.SIGKILL)
+	for i := 0; i < 250 && running(dir, name); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
 // Kill sends SIGKILL to every recorded process at once, as a crash would
 // (for tests of durability).
 func Kill(dir string) error {
@@ -80,7 +95,10 @@ func Kill(dir string) error {
 	if err != nil {
 		return err
 	}
-	names := []string{"mount", "meta"}
+	names := []string{"mount"}
+	for _, m := range l.Metas {
+		names = append(names, m.procName(len(l.Metas)))
+	}
 	for _, s := range l.Servers {
 		names = append(names, s.Name)
 	}

@@ -28,6 +28,7 @@ type Options struct {
 	Dir              string // data directory: everything lives below it
 	Mount            string // mount point ("" for no mount)
 	Servers          int    // storage servers (default 2)
+	MetaReplicas     int    // metadata replicas (default 1; 3 survive one failure)
 	TargetsPerServer int    // targets per server (default 2)
 	Binary           string // the tandem binary (default: this executable)
 	// Settings for a new file system; ignored when Dir already holds one.
@@ -42,11 +43,29 @@ type Options struct {
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
 // so that restarts reuse the same addresses and target directories.
 type Layout struct {
+	// MetaAddr lists the client addresses of the metadata replicas,
+	// comma-separated, as every --meta flag takes them.
 	MetaAddr   string         `json:"meta_addr"`
-	RaftAddr   string         `json:"raft_addr"`
+	RaftAddr   string         `json:"raft_addr,omitempty"` // one-replica layouts of older versions
+	Metas      []MetaLayout   `json:"metas,omitempty"`
 	SecretFile string         `json:"secret_file"`
 	Servers    []ServerLayout `json:"servers"`
 	Mount      string         `json:"mount,omitempty"`
+}
+
+// MetaLayout is one metadata replica.
+type MetaLayout struct {
+	ID       string `json:"id"`
+	Addr     string `json:"addr"`
+	RaftAddr string `json:"raft_addr"`
+}
+
+// procName is the name of a replica's process, PID file and log.
+func (m MetaLayout) procName(replicas int) string {
+	if replicas == 1 {
+		return "meta"
+	}
+	return m.ID
 }
 
 // ServerLayout is one storage server.
@@ -69,6 +88,9 @@ func LoadLayout(dir string) (*Layout, error) {
 	if err := json.Unmarshal(b, &l); err != nil {
 		return nil, fmt.Errorf("%s/cluster.json: %w", dir, err)
 	}
+	if len(l.Metas) == 0 && l.RaftAddr != "" {
+		l.Metas = []MetaLayout{{ID: "meta1", Addr: l.MetaAddr, RaftAddr: l.RaftAddr}}
+	}
 	return &l, nil
 }
 
@@ -87,8 +109,14 @@ func Up(o Options) (*Layout, error) {
 	if o.TargetsPerServer == 0 {
 		o.TargetsPerServer = 2
 	}
+	if o.MetaReplicas == 0 {
+		o.MetaReplicas = 1
+	}
 	if o.Servers < 1 || o.TargetsPerServer < 1 {
 		return nil, fmt.Errorf("need at least one server and one target per server")
+	}
+	if o.MetaReplicas != 1 && o.MetaReplicas != 3 && o.MetaReplicas != 5 {
+		return nil, fmt.Errorf("metadata replicas must be 1, 3 or 5 (a majority must survive), not %d", o.MetaReplicas)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second
@@ -154,13 +182,20 @@ func (o *Options) layout() (*Layout, error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(2 + o.Servers)
+	ports, err := freePorts(2*o.MetaReplicas + o.Servers)
 	if err != nil {
 		return nil, err
 	}
-	l := &Layout{MetaAddr: ports[0], RaftAddr: ports[1], SecretFile: secretFile}
+	l := &Layout{SecretFile: secretFile}
+	var addrs []string
+	for i := 0; i < o.MetaReplicas; i++ {
+		m := MetaLayout{ID: fmt.Sprintf("meta%d", i+1), Addr: ports[2*i], RaftAddr: ports[2*i+1]}
+		l.Metas = append(l.Metas, m)
+		addrs = append(addrs, m.Addr)
+	}
+	l.MetaAddr = strings.Join(addrs, ",")
 	for i := 0; i < o.Servers; i++ {
-		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2+i]}
+		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2*o.MetaReplicas+i]}
 		for j := 0; j < o.TargetsPerServer; j++ {
 			s.Targets = append(s.Targets, filepath.Join(o.Dir, "storage", s.Name, fmt.Sprintf("target%d", j+1)))
 		}
@@ -204,28 +239,39 @@ func freePorts(n int) ([]string, error) {
 }
 
 func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
-	args := []string{"meta", "--data", filepath.Join(o.Dir, "meta"), "--listen", l.MetaAddr,
-		"--raft-listen", l.RaftAddr, "--secret-file", l.SecretFile}
-	if o.InlineMax != "" {
-		args = append(args, "--inline-max", o.InlineMax)
+	for _, m := range l.Metas {
+		dir := filepath.Join(o.Dir, "meta")
+		if len(l.Metas) > 1 {
+			dir = filepath.Join(o.Dir, "meta", m.ID)
+		}
+		args := []string{"meta", "--data", dir, "--id", m.ID, "--listen", m.Addr,
+			"--raft-listen", m.RaftAddr, "--secret-file", l.SecretFile}
+		if len(l.Metas) > 1 {
+			for _, p := range l.Metas {
+				args = append(args, "--peer", p.ID+"="+p.Addr+","+p.RaftAddr)
+			}
+		}
+		if o.InlineMax != "" {
+			args = append(args, "--inline-max", o.InlineMax)
+		}
+		if o.NoInline {
+			args = append(args, "--no-inline")
+		}
+		if o.ChunkSize != "" {
+			args = append(args, "--chunk-size", o.ChunkSize)
+		}
+		if o.StripeCount > 0 {
+			args = append(args, "--stripe-count", strconv.Itoa(o.StripeCount))
+		}
+		started, err := o.start(m.procName(len(l.Metas)), args)
+		if err != nil {
+			return err
+		}
+		if started {
+			o.progress("started metadata replica %s on %s", m.ID, m.Addr)
+		}
 	}
-	if o.NoInline {
-		args = append(args, "--no-inline")
-	}
-	if o.ChunkSize != "" {
-		args = append(args, "--chunk-size", o.ChunkSize)
-	}
-	if o.StripeCount > 0 {
-		args = append(args, "--stripe-count", strconv.Itoa(o.StripeCount))
-	}
-	started, err := o.start("meta", args)
-	if err != nil {
-		return err
-	}
-	if started {
-		o.progress("started metadata service on %s", l.MetaAddr)
-	}
-	return o.waitFor("meta", "the metadata service to answer", func() error {
+	return o.waitFor(l.Metas[0].procName(len(l.Metas)), "the metadata service to answer", func() error {
 		_, err := fetchMap(l.MetaAddr, secret)
 		return err
 	})
@@ -415,11 +461,20 @@ func isStaleMount(dir string) bool {
 	return errors.Is(err, syscall.ENOTCONN)
 }
 
-func fetchMap(addr string, secret rpc.Secret) (*proto.ClusterMap, error) {
-	c := rpc.NewClient(addr, secret)
-	c.CallTimeout = 5 * time.Second
-	defer c.Close()
-	var m proto.ClusterMap
-	err := c.Call(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
-	return &m, err
+// fetchMap asks the metadata replicas in addrs (comma-separated) for the
+// cluster map; the leader answers.
+func fetchMap(addrs string, secret rpc.Secret) (*proto.ClusterMap, error) {
+	var errs []error
+	for _, addr := range strings.Split(addrs, ",") {
+		c := rpc.NewClient(addr, secret)
+		c.CallTimeout = 5 * time.Second
+		var m proto.ClusterMap
+		err := c.Call(proto.OpClusterMap, nil, func(d *wire.Dec) error { m.Decode(d); return nil })
+		c.Close()
+		if err == nil {
+			return &m, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }

@@ -77,6 +77,9 @@ func WithServers(servers, targets int) Option {
 	return func(o *cluster.Options) { o.Servers, o.TargetsPerServer = servers, targets }
 }
 
+// WithMetaReplicas sets the number of metadata replicas (1 or 3).
+func WithMetaReplicas(n int) Option { return func(o *cluster.Options) { o.MetaReplicas = n } }
+
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
 
@@ -137,6 +140,15 @@ func (c *Cluster) Down() {
 	c.t.Helper()
 	if err := cluster.Down(c.Opts.Dir, true, nil); err != nil {
 		c.t.Errorf("tandem down: %v", err)
+	}
+}
+
+// KillProcess kills one part of the cluster with SIGKILL ("meta2",
+// "storage1", "mount").
+func (c *Cluster) KillProcess(name string) {
+	c.t.Helper()
+	if err := cluster.KillProcess(c.Opts.Dir, name); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
