@@ -182,20 +182,20 @@ func (o *Options) layout() (*Layout, error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(2*o.MetaReplicas + o.Servers)
+	ports, err := freePorts(2*max(o.MetaReplicas, 1) + o.Servers)
 	if err != nil {
 		return nil, err
 	}
 	l := &Layout{SecretFile: secretFile}
 	var addrs []string
-	for i := 0; i < o.MetaReplicas; i++ {
+	for i := 0; i < max(o.MetaReplicas, 1); i++ {
 		m := MetaLayout{ID: fmt.Sprintf("meta%d", i+1), Addr: ports[2*i], RaftAddr: ports[2*i+1]}
 		l.Metas = append(l.Metas, m)
 		addrs = append(addrs, m.Addr)
 	}
 	l.MetaAddr = strings.Join(addrs, ",")
 	for i := 0; i < o.Servers; i++ {
-		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2*o.MetaReplicas+i]}
+		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2*len(l.Metas)+i]}
 		for j := 0; j < o.TargetsPerServer; j++ {
 			s.Targets = append(s.Targets, filepath.Join(o.Dir, "storage", s.Name, fmt.Sprintf("target%d", j+1)))
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadLayoutExplainsAnEmptyDirectory(t *testing.T) {
@@ -51,8 +52,18 @@ func TestRunningKnowsLiveDeadAndReusedPIDs(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	os.WriteFile(pidFile(dir, "x"), []byte(strings.TrimSpace(itoa(cmd.Process.Pid))), 0o600)
+	// Start returns while the child is still inside execve (vfork), when
+	// its command line reads empty and running must give it the benefit
+	// of the doubt; wait until it has one.
+	for i := 0; i < 100; i++ {
+		if b, _ := os.ReadFile("/proc/" + itoa(cmd.Process.Pid) + "/cmdline"); len(b) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if running(dir, "x") {
-		t.Fatal("a PID reused by `sleep` counts as a running tandem process")
+		b, _ := os.ReadFile("/proc/" + itoa(cmd.Process.Pid) + "/cmdline")
+		t.Fatalf("a PID reused by `sleep` (command line %q) counts as a running tandem process", b)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
