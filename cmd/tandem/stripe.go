@@ -9,35 +9,25 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"tandemfs/internal/fuse"
 )
 
 // Striping is read and set through virtual extended attributes that the
 // TandemFS client serves, so these commands need only a path on a mount
 // (as lfs and beegfs-ctl use ioctls).
-const (
-	xattrStripe = "user.tandem.stripe"
-	xattrLayout = "user.tandem.layout"
-)
+// (The attribute names and the layout's JSON are the FUSE adapter's.)
 
-type stripeLayout struct {
-	ChunkSize uint32   `json:"chunk_size"`
-	Count     uint32   `json:"count"`
-	Replicas  uint32   `json:"replicas"`
-	Inline    bool     `json:"inline"`
-	Chains    []uint32 `json:"chains,omitempty"`
-	Targets   []uint32 `json:"targets"`
-}
-
-func getLayout(path string) (*stripeLayout, error) {
+func getLayout(path string) (*fuse.Layout, error) {
 	buf := make([]byte, 64<<10)
-	n, err := syscall.Getxattr(path, xattrLayout, buf)
+	n, err := syscall.Getxattr(path, fuse.XattrLayout, buf)
 	if err != nil {
 		if errors.Is(err, syscall.ENODATA) || errors.Is(err, syscall.ENOTSUP) {
 			return nil, fmt.Errorf("%s is not on a TandemFS mount", path)
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var l stripeLayout
+	var l fuse.Layout
 	if err := json.Unmarshal(buf[:n], &l); err != nil {
 		return nil, fmt.Errorf("%s: bad layout from the client: %w", path, err)
 	}
@@ -85,7 +75,7 @@ func init() {
 				return fmt.Errorf("%s is not a directory (patterns are set on directories)", args[0])
 			}
 			b, _ := json.Marshal(req)
-			if err := syscall.Setxattr(args[0], xattrStripe, b, 0); err != nil {
+			if err := syscall.Setxattr(args[0], fuse.XattrStripe, b, 0); err != nil {
 				if errors.Is(err, syscall.EINVAL) {
 					return fmt.Errorf("%s: invalid pattern (chunk size must be a power of two from 64K to 4M)", args[0])
 				}

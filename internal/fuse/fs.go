@@ -279,8 +279,8 @@ func (fs *FS) StatFs(cancel <-chan struct{}, h *gofuse.InHeader, out *gofuse.Sta
 // Virtual extended attributes: `tandem stripe` reads and sets striping
 // through them, so it needs nothing but a path on the mount.
 const (
-	xattrStripe = "user.tandem.stripe" // get/set on a directory: {"chunk_size":..,"count":..}
-	xattrLayout = "user.tandem.layout" // get: the pattern and, for a file, where it lives
+	XattrStripe = "user.tandem.stripe" // get/set on a directory: {"chunk_size":..,"count":..}
+	XattrLayout = "user.tandem.layout" // get: the pattern and, for a file, where it lives
 )
 
 // Layout is the JSON of user.tandem.layout.
@@ -319,7 +319,7 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, 
 	var v []byte
 	var err error
 	switch attr {
-	case xattrStripe, xattrLayout:
+	case XattrStripe, XattrLayout:
 		v, err = fs.layout(h.NodeId)
 	default:
 		v, err = fs.c.GetXattr(h.NodeId, attr)
@@ -349,7 +349,7 @@ func (fs *FS) ListXAttr(cancel <-chan struct{}, h *gofuse.InHeader, dest []byte)
 }
 
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
-	if attr == xattrStripe {
+	if attr == XattrStripe {
 		var s struct {
 			ChunkSize uint32 `json:"chunk_size"`
 			Count     uint32 `json:"count"`

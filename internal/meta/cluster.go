@@ -16,31 +16,16 @@ import (
 // always consistent. Capacity and liveness change every heartbeat and are
 // kept in memory on the leader only (see liveness.go).
 
-func loadServers(r reader) ([]proto.Server, error) {
-	var out []proto.Server
-	err := scan(r, prefixServer, func(v []byte) error {
-		s, err := unmarshalServer(v)
-		out = append(out, s)
-		return err
-	})
-	return out, err
-}
+func loadServers(r reader) ([]proto.Server, error) { return loadAll(r, prefixServer, unmarshalServer) }
+func loadTargets(r reader) ([]proto.Target, error) { return loadAll(r, prefixTarget, unmarshalTarget) }
+func loadChains(r reader) ([]proto.Chain, error)   { return loadAll(r, prefixChain, unmarshalChain) }
 
-func loadTargets(r reader) ([]proto.Target, error) {
-	var out []proto.Target
-	err := scan(r, prefixTarget, func(v []byte) error {
-		t, err := unmarshalTarget(v)
-		out = append(out, t)
-		return err
-	})
-	return out, err
-}
-
-func loadChains(r reader) ([]proto.Chain, error) {
-	var out []proto.Chain
-	err := scan(r, prefixChain, func(v []byte) error {
-		c, err := unmarshalChain(v)
-		out = append(out, c)
+// loadAll decodes every record under prefix.
+func loadAll[T any](r reader, prefix []byte, decode func([]byte) (T, error)) ([]T, error) {
+	var out []T
+	err := scan(r, prefix, func(v []byte) error {
+		x, err := decode(v)
+		out = append(out, x)
 		return err
 	})
 	return out, err

@@ -15,16 +15,23 @@ import (
 // record in the same command that drops the inode, so nothing is leaked if
 // the service restarts; the record goes once every target confirmed.
 func (s *Service) gcLoop() {
-	tick := time.NewTicker(time.Second)
+	s.every(time.Second, func() {
+		if s.serving.Load() {
+			s.collectGarbage(256)
+		}
+	})
+}
+
+// every runs fn every interval until the service stops.
+func (s *Service) every(interval time.Duration, fn func()) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			if s.serving.Load() {
-				s.collectGarbage(256)
-			}
+			fn()
 		}
 	}
 }
@@ -108,18 +115,7 @@ func serverAddrOfTarget(m *proto.ClusterMap, tid uint32) string {
 // orphanLoop deletes files that were unlinked while open by a client
 // session that has since gone silent (a client that crashed never sends
 // the release).
-func (s *Service) orphanLoop() {
-	tick := time.NewTicker(s.cfg.SessionTimeout / 4)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-			s.sweepOrphans()
-		}
-	}
-}
+func (s *Service) orphanLoop() { s.every(s.cfg.SessionTimeout/4, s.sweepOrphans) }
 
 func (s *Service) sweepOrphans() {
 	// Sessions are known to the leader only: give clients time to reach

@@ -67,12 +67,11 @@ type Peer struct {
 
 // Service is a running metadata service replica.
 type Service struct {
-	cfg   Config
-	fsm   *FSM
-	node  *raftNode
-	srv   *rpc.Server
-	ln    net.Listener
-	start time.Time
+	cfg  Config
+	fsm  *FSM
+	node *raftNode
+	srv  *rpc.Server
+	ln   net.Listener
 
 	// serving is true while this replica leads and has applied every
 	// entry committed before it took over; only then are reads current.
@@ -145,7 +144,7 @@ func Start(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, fsm: fsm, node: node, ln: ln, start: time.Now(),
+		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(),
 		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
 		stop:    make(chan struct{}),
@@ -206,14 +205,7 @@ func (s *Service) takeOver() error {
 // leadershipLoop follows Raft's leadership: a replica that wins an
 // election takes over, one that loses it stops serving at once.
 func (s *Service) leadershipLoop() {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-		}
+	s.every(20*time.Millisecond, func() {
 		leader := s.node.raft.State() == raft.Leader
 		switch {
 		case leader && !s.serving.Load():
@@ -226,7 +218,7 @@ func (s *Service) leadershipLoop() {
 			s.serving.Store(false)
 			s.logf("replica %s no longer leads", s.cfg.ID)
 		}
-	}
+	})
 }
 
 // Leading reports whether this replica leads and serves.

@@ -122,37 +122,11 @@ func (c *Client) Call(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error)
 // everything before it, and data goes to the kernel straight from the
 // caller's buffer (writev), saving a copy of every byte written.
 func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
-	cn, err := c.get()
+	cn, err := c.send(op, enc, data)
 	if err != nil {
 		return err
 	}
-	ct := c.CallTimeout
-	if ct == 0 {
-		ct = 60 * time.Second
-	}
-	cn.SetDeadline(time.Now().Add(ct))
-	b := frameStart(cn.buf)
-	b = binary.LittleEndian.AppendUint16(b, op)
-	e := &wire.Enc{B: b}
-	if enc != nil {
-		enc(e)
-	}
-	if err := frameEndWith(e.B, len(data)); err != nil {
-		cn.buf = e.B
-		c.put(cn)
-		return &Error{Errno: syscall.EINVAL, Msg: err.Error()}
-	}
-	if len(data) == 0 {
-		_, err = cn.Write(e.B)
-	} else {
-		bufs := net.Buffers{e.B, data}
-		_, err = bufs.WriteTo(cn.Conn)
-	}
-	if err != nil {
-		cn.Close()
-		return &NetError{c.Addr, err}
-	}
-	in, err := readFrame(cn.r, e.B)
+	in, err := readFrame(cn.r, cn.buf)
 	cn.buf = in
 	if err != nil {
 		cn.Close()
@@ -181,31 +155,47 @@ func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(
 	return err
 }
 
-// CallRead sends a request whose reply is one wire byte string (u32 length
-// + bytes) and reads those bytes straight from the connection into dst,
-// without an intermediate copy. It returns how many bytes the reply held.
-func (c *Client) CallRead(op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
+// send takes a connection and writes one request on it: op, what enc
+// writes, then data. On error the connection is already dealt with.
+func (c *Client) send(op uint16, enc func(*wire.Enc), data []byte) (*conn, error) {
 	cn, err := c.get()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	ct := c.CallTimeout
 	if ct == 0 {
 		ct = 60 * time.Second
 	}
 	cn.SetDeadline(time.Now().Add(ct))
-	b := frameStart(cn.buf)
-	b = binary.LittleEndian.AppendUint16(b, op)
-	e := &wire.Enc{B: b}
-	enc(e)
-	cn.buf = e.B
-	if err := frameEnd(e.B); err != nil {
-		c.put(cn)
-		return 0, &Error{Errno: syscall.EINVAL, Msg: err.Error()}
+	e := &wire.Enc{B: binary.LittleEndian.AppendUint16(frameStart(cn.buf), op)}
+	if enc != nil {
+		enc(e)
 	}
-	if _, err := cn.Write(e.B); err != nil {
+	cn.buf = e.B
+	if err := frameEndWith(e.B, len(data)); err != nil {
+		c.put(cn)
+		return nil, &Error{Errno: syscall.EINVAL, Msg: err.Error()}
+	}
+	if len(data) == 0 {
+		_, err = cn.Write(e.B)
+	} else {
+		bufs := net.Buffers{e.B, data}
+		_, err = bufs.WriteTo(cn.Conn)
+	}
+	if err != nil {
 		cn.Close()
-		return 0, &NetError{c.Addr, err}
+		return nil, &NetError{c.Addr, err}
+	}
+	return cn, nil
+}
+
+// CallRead sends a request whose reply is one wire byte string (u32 length
+// + bytes) and reads those bytes straight from the connection into dst,
+// without an intermediate copy. It returns how many bytes the reply held.
+func (c *Client) CallRead(op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
+	cn, err := c.send(op, enc, nil)
+	if err != nil {
+		return 0, err
 	}
 	n, err := c.readDataReply(cn, dst)
 	if re := (*Error)(nil); err == nil || errors.As(err, &re) {
