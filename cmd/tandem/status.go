@@ -58,22 +58,47 @@ func (c *connectFlags) client() ([]*rpc.Client, error) {
 	return out, nil
 }
 
-// callLeader tries each replica until one answers other than "not the
-// leader" (EAGAIN) and closes the clients.
-func callLeader(cls []*rpc.Client, op uint16, dec func(*wire.Dec) error) error {
+// replicaJSON is one metadata replica as status sees it.
+type replicaJSON struct {
+	Addr  string `json:"addr"`
+	State string `json:"state"` // leader, follower, unreachable, or the error
+}
+
+// askReplicas asks every replica for the status: the leader answers, the
+// others say they follow (EAGAIN) or cannot be reached. It closes the
+// clients.
+func askReplicas(cls []*rpc.Client) (*proto.StatusReply, []replicaJSON, error) {
+	var st *proto.StatusReply
+	var reps []replicaJSON
 	var errs []error
 	for _, cl := range cls {
-		err := cl.Call(op, nil, dec)
+		var r proto.StatusReply
+		err := cl.Call(proto.OpStatus, nil, func(d *wire.Dec) error { r.Decode(d); return nil })
 		cl.Close()
-		if err == nil {
-			return nil
+		state := "leader"
+		switch {
+		case err == nil && st == nil:
+			st = &r
+		case err == nil:
+			state = "leader (a second one: check the logs)"
+		case errors.Is(err, syscall.EAGAIN):
+			state = "follower"
+		case rpc.IsNetError(err):
+			state = "unreachable"
+			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
+		default:
+			state = err.Error()
+			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
 		}
-		errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
-		if !errors.Is(err, syscall.EAGAIN) && !rpc.IsNetError(err) {
-			break
-		}
+		reps = append(reps, replicaJSON{Addr: cl.Addr, State: state})
 	}
-	return errors.Join(errs...)
+	if st == nil {
+		if len(errs) == 0 {
+			errs = append(errs, errors.New("no metadata replica leads (is a majority of them running?)"))
+		}
+		return nil, reps, errors.Join(errs...)
+	}
+	return st, reps, nil
 }
 
 func init() {
@@ -88,14 +113,17 @@ func init() {
 			if err != nil {
 				return err
 			}
-			var st proto.StatusReply
-			if err := callLeader(cls, proto.OpStatus, func(d *wire.Dec) error { st.Decode(d); return nil }); err != nil {
+			st, reps, err := askReplicas(cls)
+			if err != nil {
 				return err
 			}
+			j := statusToJSON(st, reps)
 			if asJSON {
-				return printStatusJSON(&st)
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(j)
 			}
-			printStatus(&st)
+			printStatus(j)
 			return nil
 		},
 	}
@@ -113,12 +141,13 @@ func stateName(s uint8) string {
 
 type statusJSON struct {
 	Meta struct {
-		Addr        string `json:"addr"`
-		Raft        string `json:"raft_state"`
-		Applied     uint64 `json:"applied_index"`
-		Inodes      uint64 `json:"inodes_allocated"`
-		InlineLimit uint32 `json:"inline_limit"`
-		Clients     uint32 `json:"clients"`
+		Addr        string        `json:"addr"`
+		Raft        string        `json:"raft_state"`
+		Applied     uint64        `json:"applied_index"`
+		Inodes      uint64        `json:"inodes_allocated"`
+		InlineLimit uint32        `json:"inline_limit"`
+		Clients     uint32        `json:"clients"`
+		Replicas    []replicaJSON `json:"replicas"`
 	} `json:"meta"`
 	Servers []serverJSON `json:"servers"`
 	Targets []targetJSON `json:"targets"`
@@ -150,11 +179,17 @@ type chainJSON struct {
 	Targets []uint32 `json:"targets"`
 }
 
-func statusToJSON(st *proto.StatusReply) *statusJSON {
+func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	var j statusJSON
+	j.Meta.Replicas = reps
 	j.Meta.Addr, j.Meta.Raft, j.Meta.Applied = st.MetaAddr, st.RaftState, st.RaftIndex
 	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
 	j.Healthy = st.RaftState == "Leader" && len(st.Map.Targets) > 0
+	for _, r := range reps {
+		if r.State != "leader" && r.State != "follower" {
+			j.Healthy = false
+		}
+	}
 	for _, s := range st.Map.Servers {
 		j.Servers = append(j.Servers, serverJSON{s.ID, s.Addr, s.UUID})
 	}
@@ -176,22 +211,23 @@ func statusToJSON(st *proto.StatusReply) *statusJSON {
 	return &j
 }
 
-func printStatusJSON(st *proto.StatusReply) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(statusToJSON(st))
-}
-
-func printStatus(st *proto.StatusReply) {
-	j := statusToJSON(st)
+func printStatus(j *statusJSON) {
 	health := "HEALTHY"
 	if !j.Healthy {
 		health = "DEGRADED"
 	}
 	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
 		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
-	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes\n\n",
+	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes\n",
 		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit)
+	if len(j.Meta.Replicas) > 1 {
+		var rs []string
+		for _, r := range j.Meta.Replicas {
+			rs = append(rs, r.Addr+" "+r.State)
+		}
+		fmt.Printf("metadata replicas: %s\n", strings.Join(rs, ", "))
+	}
+	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SERVER\tADDRESS\tTARGET\tSTATE\tSIZE\tFREE\tUSED%\tPATH")
 	for _, s := range j.Servers {
