@@ -463,6 +463,24 @@ func TestPOSIX(t *testing.T) {
 		wantErrno(t, os.Mkdir(filepath.Join(d, "sub"), 0o755), syscall.EEXIST)
 	})
 
+	t.Run("O_SYNC writes (size committed with each) read back at once", func(t *testing.T) {
+		d := dir(t)
+		p := filepath.Join(d, "sync")
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_SYNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		data := randBytes(3<<20 + 5)
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		// Another handle, before any close, reads all of it.
+		if got := mustRead(t, p); !bytes.Equal(got, data) {
+			t.Fatalf("read back %d bytes of %d", len(got), len(data))
+		}
+	})
+
 	t.Run("fsync and fdatasync", func(t *testing.T) {
 		d := dir(t)
 		f, _ := os.Create(filepath.Join(d, "f"))

@@ -248,6 +248,16 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 	st.mtime = time.Now().UnixNano()
 	st.dirty = true
 	st.mu.Unlock()
+	if h.sync {
+		// O_SYNC/O_DSYNC: the new size must be as durable as the data
+		// (the chunk was fsynced by its target already).
+		if err := h.c.commit(st); err != nil {
+			return 0, err
+		}
+		if err := h.c.SyncMeta(); err != nil {
+			return 0, err
+		}
+	}
 	return len(data), nil
 }
 
