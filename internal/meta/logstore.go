@@ -159,7 +159,16 @@ func (s *logStore) DeleteRange(min, max uint64) error {
 
 func stableKey(k []byte) []byte { return append([]byte{'s'}, k...) }
 
-func (s *logStore) Set(k, v []byte) error { return s.db.Set(stableKey(k), v, pebble.Sync) }
+// Set stores Raft's term and vote. Unlike log entries these are fsynced
+// at once even in group-sync mode: a vote forgotten in a power failure
+// could let a replica vote twice in one term and elect two leaders.
+// They change only at elections, so this costs nothing in steady state.
+func (s *logStore) Set(k, v []byte) error {
+	if err := s.db.Set(stableKey(k), v, pebble.Sync); err != nil {
+		return err
+	}
+	return s.syncNow()
+}
 
 func (s *logStore) Get(k []byte) ([]byte, error) {
 	v, found, err := get(s.db, stableKey(k))
