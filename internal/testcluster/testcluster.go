@@ -19,8 +19,17 @@ import (
 var (
 	buildOnce sync.Once
 	binPath   string
+	binDir    string // the temporary directory Binary built into
 	buildErr  error
 )
+
+// RemoveBinary deletes the binary Binary built, if it built one; call it
+// from TestMain after the tests ran.
+func RemoveBinary() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
 
 // Binary builds cmd/tandem (once per test process) and returns its path;
 // $TANDEM_BIN names a prebuilt binary instead.
@@ -36,6 +45,7 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		binDir = dir
 		binPath = filepath.Join(dir, "tandem")
 		cmd := exec.Command("go", "build", "-o", binPath, "tandemfs/cmd/tandem")
 		out, err := cmd.CombinedOutput()
