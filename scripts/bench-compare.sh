@@ -300,7 +300,11 @@ measure() {
         *)
             local pdir=$sys penv=()
             [ "$sys" = juicefs-redis ] && { pdir=juicefs; penv=(JFS_META_ENGINE=redis); }
-            CURRENT_DOWN="env ${penv[*]} bash '$PEERS/$pdir/down.sh'"
+            # PURGE=1: delete the peer's data when it goes down. Peers keep
+            # deleted files in trash or unreclaimed volumes; run after run
+            # that filled the disk (2026-11-22: 67 GB, and the next run's
+            # MooseFS and GlusterFS failed with ENOSPC).
+            CURRENT_DOWN="env ${penv[*]} PURGE=1 bash '$PEERS/$pdir/down.sh'"
             log "$sys: up.sh (the first one builds/installs the peer)"
             mnt=$(env "${penv[@]}" timeout 1800 bash "$PEERS/$pdir/up.sh" 2>"$OUT/logs/$sys.up.log" | tail -n 1)
             rc=${PIPESTATUS[0]}
