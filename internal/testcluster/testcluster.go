@@ -114,17 +114,19 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		Dir: filepath.Join(dir, "data"), Mount: filepath.Join(dir, "mnt"),
 		Servers: 2, TargetsPerServer: 2, Binary: Binary(t),
 	}}
-	for _, o := range opts {
-		o(&c.Opts)
-	}
+	// Cleanups run last-registered first: stop the cluster, then undo
+	// what options set up (e.g. a tmpfs under a target), then delete.
 	t.Cleanup(func() {
-		c.Down()
 		if !t.Failed() {
 			os.RemoveAll(dir)
 		} else {
 			t.Logf("cluster data and logs kept in %s", dir)
 		}
 	})
+	for _, o := range opts {
+		o(&c.Opts)
+	}
+	t.Cleanup(c.Down)
 	c.Up()
 	return c
 }
