@@ -64,7 +64,7 @@ func unmarshalDent(b []byte) (uint64, uint32, error) {
 	return ino, mode, d.Finish()
 }
 
-// serverRec, targetRec and chainRec are the cluster map as stored.
+// The cluster map is stored as one record per server, target and chain.
 func marshalServer(s *proto.Server) []byte {
 	e := wire.NewEnc(nil)
 	e.U32(s.ID)
