@@ -55,6 +55,7 @@ func wantErrno(t *testing.T, err error, want syscall.Errno) {
 type layout struct {
 	ChunkSize uint32   `json:"chunk_size"`
 	Count     uint32   `json:"count"`
+	Replicas  uint32   `json:"replicas"`
 	Inline    bool     `json:"inline"`
 	Targets   []uint32 `json:"targets"`
 }
@@ -94,8 +95,9 @@ func TestPOSIX(t *testing.T) {
 			t.Fatal("read back differs from what was written")
 		}
 		l := getLayout(t, filepath.Join(d, "big"))
-		if l.Inline || l.Count != 4 || len(l.Targets) != 4 || l.ChunkSize != 1<<20 {
-			t.Fatalf("default layout %+v, want 1 MiB chunks over 4 targets", l)
+		// 2 servers x 2 targets pair up into 2 chains of 2 copies.
+		if l.Inline || l.Count != 2 || l.Replicas != 2 || len(l.Targets) != 4 || l.ChunkSize != 1<<20 {
+			t.Fatalf("default layout %+v, want 1 MiB chunks over 2 chains of 2 targets", l)
 		}
 	})
 
@@ -496,7 +498,7 @@ func TestPOSIX(t *testing.T) {
 
 	t.Run("stripe set is inherited by new files", func(t *testing.T) {
 		d := dir(t)
-		out, err := exec.Command(testcluster.Binary(t), "stripe", "set", "--chunk-size", "2M", "--count", "3", d).CombinedOutput()
+		out, err := exec.Command(testcluster.Binary(t), "stripe", "set", "--chunk-size", "2M", "--count", "3", "--replicas", "1", d).CombinedOutput()
 		if err != nil {
 			t.Fatalf("stripe set: %v\n%s", err, out)
 		}
@@ -511,8 +513,8 @@ func TestPOSIX(t *testing.T) {
 		if err := json.Unmarshal(out, &l); err != nil {
 			t.Fatalf("stripe get --json: %v: %s", err, out)
 		}
-		if l.ChunkSize != 2<<20 || l.Count != 3 || len(l.Targets) != 3 || l.Inline {
-			t.Fatalf("layout %+v, want 2 MiB chunks on 3 targets", l)
+		if l.ChunkSize != 2<<20 || l.Count != 3 || l.Replicas != 1 || len(l.Targets) != 3 || l.Inline {
+			t.Fatalf("layout %+v, want 2 MiB chunks on 3 targets, one copy", l)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tandemfs/internal/fence"
 	"tandemfs/internal/meta"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -23,8 +24,9 @@ func init() {
 		noInline                                bool
 		chunk                                   string
 		count                                   uint32
-		syncEvery                               time.Duration
+		syncEvery, failureTimeout               time.Duration
 		peers                                   []string
+		fenceFile                               string
 	)
 	cmd := &cobra.Command{
 		Use:   "meta",
@@ -47,8 +49,17 @@ func init() {
 			if syncEvery == 0 {
 				syncEvery = -1 // fsync every commit
 			}
+			var fences *fence.Config
+			if fenceFile != "" {
+				if fences, err = fence.Load(fenceFile); err != nil {
+					return err
+				}
+			}
+			if failureTimeout != 0 && failureTimeout < time.Second {
+				return fmt.Errorf("--failure-timeout %v: at least 1s (heartbeats go every 500ms)", failureTimeout)
+			}
 			svc, err := meta.Start(meta.Config{
-				SyncEvery: syncEvery, Peers: peerList,
+				SyncEvery: syncEvery, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout,
 				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
@@ -77,6 +88,8 @@ func init() {
 	f.StringArrayVar(&peers, "peer", nil, "a metadata replica as ID=ADDR,RAFTADDR; repeat for every replica, this one included (3 replicas survive one failure)")
 	f.DurationVar(&syncEvery, "sync-every", 100*time.Millisecond,
 		"fsync the metadata log this often (changes survive a process crash at once, a power failure after this delay or an application's fsync); 0 fsyncs every change")
+	f.StringVar(&fenceFile, "fence-config", "", "JSON file naming the fence agents to run against a failed storage server (see docs/ha.md)")
+	f.DurationVar(&failureTimeout, "failure-timeout", 4*time.Second, "a storage server silent this long on the public network is failed over")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

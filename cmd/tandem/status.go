@@ -152,6 +152,8 @@ type statusJSON struct {
 	Servers []serverJSON `json:"servers"`
 	Targets []targetJSON `json:"targets"`
 	Chains  []chainJSON  `json:"chains"`
+	Resyncs []resyncJSON `json:"resyncs,omitempty"`
+	Fencing []fenceJSON  `json:"fencing,omitempty"`
 	Total   uint64       `json:"total_bytes"`
 	Free    uint64       `json:"free_bytes"`
 	Healthy bool         `json:"healthy"`
@@ -161,6 +163,9 @@ type serverJSON struct {
 	ID   uint32 `json:"id"`
 	Addr string `json:"addr"`
 	UUID string `json:"uuid"`
+	// PrivateSeen is the last heartbeat over the private network, for
+	// servers that have one.
+	PrivateSeen string `json:"private_last_seen,omitempty"`
 }
 
 type targetJSON struct {
@@ -177,6 +182,26 @@ type chainJSON struct {
 	ID      uint32   `json:"id"`
 	Version uint32   `json:"version"`
 	Targets []uint32 `json:"targets"`
+	States  []string `json:"states"`
+}
+
+// fenceJSON is the latest fencing of a server.
+type fenceJSON struct {
+	Server  uint32 `json:"server"`
+	At      string `json:"at"`
+	Fenced  bool   `json:"fenced"`
+	Summary string `json:"summary"`
+}
+
+// resyncJSON is the progress of a chain head copying a member.
+type resyncJSON struct {
+	Chain   uint32 `json:"chain"`
+	Target  uint32 `json:"target"`
+	Percent uint32 `json:"percent"` // buckets done of 256
+	Chunks  uint64 `json:"chunks_examined"`
+	Copied  uint64 `json:"chunks_copied"`
+	Bytes   uint64 `json:"bytes_copied"`
+	Started string `json:"started"`
 }
 
 func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
@@ -191,7 +216,11 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		}
 	}
 	for _, s := range st.Map.Servers {
-		j.Servers = append(j.Servers, serverJSON{s.ID, s.Addr, s.UUID})
+		sj := serverJSON{ID: s.ID, Addr: s.Addr, UUID: s.UUID}
+		if ms, ok := st.PrivateSeenMs[s.ID]; ok {
+			sj.PrivateSeen = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+		}
+		j.Servers = append(j.Servers, sj)
 	}
 	for _, t := range st.Map.Targets {
 		tj := targetJSON{ID: t.ID, Server: t.Server, Path: t.Path, State: stateName(t.State), Total: t.TotalBytes, Free: t.FreeBytes}
@@ -206,7 +235,22 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	j.Total, j.Free = proto.Capacity(st.Map.Targets)
 	sort.Slice(j.Targets, func(a, b int) bool { return j.Targets[a].ID < j.Targets[b].ID })
 	for _, c := range st.Map.Chains {
-		j.Chains = append(j.Chains, chainJSON{c.ID, c.Version, c.Targets})
+		cj := chainJSON{ID: c.ID, Version: c.Version, Targets: c.Targets}
+		for _, t := range c.Targets {
+			s, _ := c.State(t)
+			cj.States = append(cj.States, proto.MemberStateName(s))
+			if s != proto.MemberServing {
+				j.Healthy = false
+			}
+		}
+		j.Chains = append(j.Chains, cj)
+	}
+	for _, f := range st.Fencing {
+		j.Fencing = append(j.Fencing, fenceJSON{f.ServerID, time.UnixMilli(f.AtMs).UTC().Format(time.RFC3339), f.Fenced, f.Summary})
+	}
+	for _, r := range st.Resyncs {
+		j.Resyncs = append(j.Resyncs, resyncJSON{Chain: r.Chain, Target: r.Target, Percent: r.Buckets * 100 / 256,
+			Chunks: r.Chunks, Copied: r.Copied, Bytes: r.Bytes, Started: time.UnixMilli(r.StartedMs).UTC().Format(time.RFC3339)})
 	}
 	return &j
 }
@@ -244,6 +288,39 @@ func printStatus(j *statusJSON) {
 		}
 	}
 	w.Flush()
+	printChains(j)
+	for _, f := range j.Fencing {
+		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)
+	}
+}
+
+// printChains lists the replicated chains and the resyncs in progress.
+func printChains(j *statusJSON) {
+	var lines []string
+	for _, c := range j.Chains {
+		if len(c.Targets) < 2 {
+			continue
+		}
+		ms := make([]string, len(c.Targets))
+		for i, t := range c.Targets {
+			ms[i] = fmt.Sprintf("target %d %s", t, c.States[i])
+		}
+		lines = append(lines, fmt.Sprintf("%d\t%d\t%s", c.ID, c.Version, strings.Join(ms, ", ")))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CHAIN\tVERSION\tMEMBERS (head first)")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	w.Flush()
+	for _, r := range j.Resyncs {
+		fmt.Printf("resync: chain %d -> target %d  %d%% (%d chunks examined, %d copied, %s)\n",
+			r.Chain, r.Target, r.Percent, r.Chunks, r.Copied, humanBytes(r.Bytes))
+	}
 }
 
 func humanBytes(b uint64) string {

@@ -40,7 +40,7 @@ func init() {
 	var chunk string
 	var count, replicas uint32
 	set := &cobra.Command{
-		Use:   "set [--chunk-size SIZE] [--count N] DIR",
+		Use:   "set [--chunk-size SIZE] [--count N] [--replicas R] DIR",
 		Short: "Set the pattern new files in DIR (and new subdirectories) inherit",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,9 +65,14 @@ func init() {
 				}
 				req.Count = count
 			}
-			req.Replicas = replicas
+			if cmd.Flags().Changed("replicas") {
+				if replicas < 1 || replicas > 3 {
+					return fmt.Errorf("--replicas %d: give 1, 2 or 3 copies", replicas)
+				}
+				req.Replicas = replicas
+			}
 			if req.ChunkSize == 0 && req.Count == 0 && req.Replicas == 0 {
-				return errors.New("nothing to set: give --chunk-size and/or --count")
+				return errors.New("nothing to set: give --chunk-size, --count and/or --replicas")
 			}
 			if fi, err := os.Stat(args[0]); err != nil {
 				return err
@@ -86,8 +91,7 @@ func init() {
 	}
 	set.Flags().StringVar(&chunk, "chunk-size", "", "chunk size, a power of two from 64K to 4M (e.g. 512K, 2M)")
 	set.Flags().Uint32Var(&count, "count", 0, "number of targets a file is striped over")
-	set.Flags().Uint32Var(&replicas, "replicas", 0, "")
-	set.Flags().MarkHidden("replicas")
+	set.Flags().Uint32Var(&replicas, "replicas", 0, "copies of each chunk, on different servers: 1, 2 or 3 (default 2 when the cluster has 2 servers or more)")
 
 	var asJSON bool
 	get := &cobra.Command{
@@ -113,6 +117,16 @@ func init() {
 					ts[i] = fmt.Sprint(t)
 				}
 				fmt.Printf("targets:    %s\n", strings.Join(ts, ", "))
+			}
+			if l.Replicas > 0 {
+				fmt.Printf("replicas:   %d\n", l.Replicas)
+			}
+			for _, c := range l.Copies {
+				ms := make([]string, len(c.Targets))
+				for i, t := range c.Targets {
+					ms[i] = fmt.Sprintf("%d (%s)", t, c.States[i])
+				}
+				fmt.Printf("chain %-4d  %s\n", c.Chain, strings.Join(ms, ", "))
 			}
 			return nil
 		},

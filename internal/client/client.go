@@ -202,21 +202,22 @@ func (c *Client) ClusterMap() proto.ClusterMap {
 }
 
 // route finds where chain id's head target lives.
-func (c *Client) route(chainID uint32) (target uint32, version uint32, srv *rpc.Client, err error) {
+func (c *Client) route(chainID uint32) (proto.Routing, *rpc.Client, error) {
 	c.mapMu.RLock()
 	ch, ok := c.chains[chainID]
 	var addr string
-	if ok && len(ch.Targets) > 0 {
-		target = ch.Targets[0]
-		if t, ok := c.targets[target]; ok {
+	var head uint32
+	if ok {
+		head, ok = ch.Head()
+		if t, found := c.targets[head]; ok && found {
 			addr = c.servers[t.Server].Addr
 		}
 	}
 	c.mapMu.RUnlock()
 	if addr == "" {
-		return 0, 0, nil, rpc.Errorf(syscall.EIO, "chain %d has no reachable target in the cluster map", chainID)
+		return proto.Routing{}, nil, rpc.Errorf(syscall.EIO, "chain %d has no reachable target in the cluster map", chainID)
 	}
-	return target, ch.Version, c.storageClient(addr), nil
+	return proto.Routing{Target: head, Chain: chainID, Version: ch.Version}, c.storageClient(addr), nil
 }
 
 func (c *Client) storageClient(addr string) *rpc.Client {
@@ -262,12 +263,14 @@ func (c *Client) retry(what string, call func() error) error {
 	}
 }
 
-// retryable errors are transport failures and "not the leader" answers.
+// retryable errors are transport failures, "not the leader" or "cannot
+// serve now" answers (EAGAIN), and "routed by an old chain version"
+// (ESTALE: the caller reloads the map).
 func retryable(err error) bool {
 	if rpc.IsNetError(err) {
 		return true
 	}
-	return errors.Is(err, syscall.EAGAIN)
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ESTALE)
 }
 
 // metaCall calls the metadata service, retrying while it is unreachable.

@@ -62,15 +62,17 @@ func (c *Client) checkLayout(in *proto.Inode) error {
 
 // storageCall sends one chunk request to the head of a chain, retrying
 // (with a fresh cluster map) while the target is unreachable.
-func (c *Client) storageCall(chain uint32, call func(target, version uint32, s *rpc.Client) error) error {
+func (c *Client) storageCall(chain uint32, call func(rt proto.Routing, s *rpc.Client) error) error {
 	return c.retry("storage", func() error {
-		target, version, s, err := c.route(chain)
+		rt, s, err := c.route(chain)
 		if err != nil {
 			c.refreshMap()
 			return &rpc.NetError{Addr: "chain", Err: err}
 		}
-		err = call(target, version, s)
-		if rpc.IsNetError(err) {
+		err = call(rt, s)
+		if rpc.IsNetError(err) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EAGAIN) {
+			// The chain changed (failover, resync) or is changing:
+			// route by a fresh map.
 			c.refreshMap()
 		}
 		return err
@@ -82,10 +84,10 @@ func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool
 		return err
 	}
 	return parallel(splitRange(in, off, uint64(len(data))), func(p piece) error {
-		return c.storageCall(p.chain, func(target, version uint32, s *rpc.Client) error {
+		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkWriteReq{
-				Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index},
-				Off:   p.off, Data: data[p.pos : p.pos+uint64(p.n)], ChainVersion: version, Sync: sync,
+				Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index},
+				Off:   p.off, Data: data[p.pos : p.pos+uint64(p.n)], Sync: sync,
 			}
 			return s.CallData(proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
 		})
@@ -100,8 +102,8 @@ func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
 	}
 	return parallel(splitRange(in, off, uint64(len(buf))), func(p piece) error {
 		dst := buf[p.pos : p.pos+uint64(p.n)]
-		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
-			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
+		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
 			got, err := s.CallRead(proto.OpChunkRead, r.Encode, dst)
 			if err == nil {
 				clear(dst[got:]) // past the chunk's end: a hole
@@ -123,8 +125,8 @@ func (c *Client) syncChunks(ino uint64, written map[chunkKey]struct{}) error {
 		ps = append(ps, piece{chain: chain})
 	}
 	return parallel(ps, func(p piece) error {
-		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
-			r := proto.ChunkSyncReq{Target: target, Ino: ino, Indexes: byChain[p.chain]}
+		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+			r := proto.ChunkSyncReq{Routing: rt, Ino: ino, Indexes: byChain[p.chain]}
 			return s.Call(proto.OpChunkSync, r.Encode, nil)
 		})
 	})
@@ -139,8 +141,8 @@ func (c *Client) trimChunks(in *proto.Inode, size uint64) error {
 		ps = append(ps, piece{chain: ch})
 	}
 	err := parallel(ps, func(p piece) error {
-		return c.storageCall(p.chain, func(target, _ uint32, s *rpc.Client) error {
-			r := proto.ChunkDeleteReq{Target: target, Ino: in.Ino, From: from}
+		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+			r := proto.ChunkDeleteReq{Routing: rt, Ino: in.Ino, From: from}
 			return s.Call(proto.OpChunkDelete, r.Encode, nil)
 		})
 	})
@@ -149,8 +151,8 @@ func (c *Client) trimChunks(in *proto.Inode, size uint64) error {
 	}
 	last := size / cs
 	chain := in.Chains[last%uint64(len(in.Chains))]
-	return c.storageCall(chain, func(target, _ uint32, s *rpc.Client) error {
-		r := proto.ChunkTruncateReq{Chunk: proto.ChunkRef{Target: target, Ino: in.Ino, Index: last}, Size: uint32(size % cs)}
+	return c.storageCall(chain, func(rt proto.Routing, s *rpc.Client) error {
+		r := proto.ChunkTruncateReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: last}, Size: uint32(size % cs)}
 		return s.Call(proto.OpChunkTruncate, r.Encode, nil)
 	})
 }

@@ -36,8 +36,14 @@ type Options struct {
 	NoInline    bool
 	ChunkSize   string // e.g. "1M"
 	StripeCount int
-	Progress    io.Writer // where to report progress (may be nil)
-	Timeout     time.Duration
+	// FenceConfig is a fence agents file for the metadata service; "":
+	// no fencing.
+	FenceConfig string
+	// FailureTimeout is how long a silent storage server waits before
+	// failover; 0: the default.
+	FailureTimeout time.Duration
+	Progress       io.Writer // where to report progress (may be nil)
+	Timeout        time.Duration
 }
 
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
@@ -262,6 +268,12 @@ func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
 		}
 		if o.StripeCount > 0 {
 			args = append(args, "--stripe-count", strconv.Itoa(o.StripeCount))
+		}
+		if o.FenceConfig != "" {
+			args = append(args, "--fence-config", o.FenceConfig)
+		}
+		if o.FailureTimeout > 0 {
+			args = append(args, "--failure-timeout", o.FailureTimeout.String())
 		}
 		started, err := o.start(m.procName(len(l.Metas)), args)
 		if err != nil {

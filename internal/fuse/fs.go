@@ -291,6 +291,16 @@ type Layout struct {
 	Inline    bool     `json:"inline"`
 	Chains    []uint32 `json:"chains,omitempty"`
 	Targets   []uint32 `json:"targets"`
+	// Copies shows, per chain, its members and their states.
+	Copies []ChainLayout `json:"copies,omitempty"`
+}
+
+// ChainLayout is one chain of a file's layout.
+type ChainLayout struct {
+	Chain   uint32   `json:"chain"`
+	Version uint32   `json:"version"`
+	Targets []uint32 `json:"targets"`
+	States  []string `json:"states"`
 }
 
 func (fs *FS) layout(ino uint64) ([]byte, error) {
@@ -306,9 +316,16 @@ func (fs *FS) layout(ino uint64) ([]byte, error) {
 		m := fs.c.ClusterMap()
 		for _, id := range n.Chains {
 			for _, ch := range m.Chains {
-				if ch.ID == id {
-					l.Targets = append(l.Targets, ch.Targets...)
+				if ch.ID != id {
+					continue
 				}
+				l.Targets = append(l.Targets, ch.Targets...)
+				cl := ChainLayout{Chain: id, Version: ch.Version, Targets: ch.Targets}
+				for _, t := range ch.Targets {
+					st, _ := ch.State(t)
+					cl.States = append(cl.States, proto.MemberStateName(st))
+				}
+				l.Copies = append(l.Copies, cl)
 			}
 		}
 	}

@@ -1,7 +1,7 @@
 package meta
 
 import (
-	"sort"
+	"slices"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -107,8 +107,9 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 				return err
 			}
 			tg = &proto.Target{ID: id, UUID: ti.UUID}
-			// One chain per target while chains have a single replica.
-			c := proto.Chain{ID: id, Version: 1, Targets: []uint32{id}}
+			// Every target is also a chain of one, under its own ID,
+			// for files that want no replica.
+			c := proto.Chain{ID: id, Version: 1, Targets: []uint32{id}, States: []uint8{proto.MemberServing}, SinceMs: []int64{0}}
 			t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
 		}
 		tg.Server = srv.ID
@@ -116,6 +117,9 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 		tg.TotalBytes, tg.FreeBytes = ti.TotalBytes, ti.FreeBytes
 		t.b.Set(u32Key(prefixTarget, tg.ID), marshalTarget(tg), nil)
 		reply.TargetIDs = append(reply.TargetIDs, tg.ID)
+	}
+	if err := t.formChains(); err != nil {
+		return err
 	}
 	if err := t.bumpMapVersion(); err != nil {
 		return err
@@ -125,36 +129,50 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 	return nil
 }
 
-// reloadChains refreshes the in-memory list of chains new files are
-// striped over.
+// reloadChains refreshes the in-memory index of the chains new files are
+// striped over, by replication factor.
 func (f *FSM) reloadChains() {
 	chains, err := loadChains(f.db)
 	if err != nil {
 		f.logf("loading chains: %v", err)
 		return
 	}
-	ids := make([]uint32, len(chains))
-	for i, c := range chains {
-		ids[i] = c.ID
+	byReplicas := map[int][]uint32{}
+	for _, c := range chains {
+		byReplicas[len(c.Targets)] = append(byReplicas[len(c.Targets)], c.ID)
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, ids := range byReplicas {
+		slices.Sort(ids)
+	}
 	f.chainsMu.Lock()
-	f.chainIDs = ids
+	f.chainsByReplicas = byReplicas
 	f.chainsMu.Unlock()
 }
 
-// pickChains chooses the chains of a new file: Count consecutive chains
-// starting at a position that rotates with the inode number, so that files
-// spread evenly over the targets. It depends only on replicated state, so
-// every replica picks the same.
-func (f *FSM) pickChains(ino uint64, s proto.Stripe) []uint32 {
+// pickChains chooses the chains of a new file and records in s the
+// replication factor it got: s.Replicas, or when that is 0 (the default)
+// 2 if the cluster has replicated chains and 1 otherwise; a factor the
+// cluster cannot provide falls back to the largest one below it. It takes
+// Count consecutive chains starting at a position that rotates with the
+// inode number, so that files spread evenly over the targets. It depends
+// only on replicated state, so every replica picks the same.
+func (f *FSM) pickChains(ino uint64, s *proto.Stripe) []uint32 {
 	f.chainsMu.Lock()
-	ids := f.chainIDs
+	byReplicas := f.chainsByReplicas
 	f.chainsMu.Unlock()
+	r := int(s.Replicas)
+	if r == 0 {
+		r = 2
+	}
+	for r > 1 && len(byReplicas[r]) == 0 {
+		r--
+	}
+	ids := byReplicas[r]
 	n := len(ids)
 	if n == 0 {
 		return nil
 	}
+	s.Replicas = uint32(r)
 	count := int(s.Count)
 	if count <= 0 || count > n {
 		count = n

@@ -22,6 +22,8 @@ import (
 const (
 	opInitRoot uint16 = 200 + iota
 	opGCDone
+	opFailServer   // the leader found a storage server silent: take it out of its chains
+	opRejoinServer // a failed server is back: its chain members start to resync
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -40,8 +42,8 @@ type FSM struct {
 
 	inlineLimit uint32
 
-	chainsMu sync.Mutex
-	chainIDs []uint32
+	chainsMu         sync.Mutex
+	chainsByReplicas map[int][]uint32 // chain IDs by number of members
 }
 
 // result is what Apply returns through the raft future.
@@ -190,6 +192,16 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opGCDone:
 		ino := d.U64()
 		return decoded(d, func() error { return t.gcDone(ino) })
+	case opFailServer:
+		id := d.U32()
+		return decoded(d, func() error { return t.failServer(id) })
+	case opRejoinServer:
+		id := d.U32()
+		return decoded(d, func() error { return t.rejoinServer(id) })
+	case proto.OpResyncDone:
+		var r proto.ResyncDoneReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.resyncDone(&r) })
 	}
 	return rpc.Errorf(syscall.ENOSYS, "unknown metadata command %d", op)
 }

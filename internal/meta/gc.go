@@ -69,33 +69,39 @@ func (s *Service) collectGarbage(max int) {
 	}
 }
 
-// deleteChunks asks every target of the file's chains to delete its
-// chunks; it reports whether all of them confirmed.
+// deleteChunks asks the head of each of the file's chains to delete its
+// chunks (the head passes the deletion on to the chain's other members); it
+// reports whether all of them confirmed. Members that are offline miss the
+// deletion and drop the chunks when they resync.
 func (s *Service) deleteChunks(m *proto.ClusterMap, g garbage) bool {
 	ok := true
 	for _, cid := range g.chains {
-		for _, tid := range chainTargets(m, cid) {
-			addr := serverAddrOfTarget(m, tid)
-			if addr == "" {
-				continue // target no longer exists: nothing to delete
-			}
-			req := proto.ChunkDeleteReq{Target: tid, Ino: g.ino}
-			err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil)
-			if err != nil && !errors.Is(err, syscall.ENOENT) {
-				ok = false
-			}
+		c, found := findChain(m, cid)
+		if !found {
+			continue // chain no longer exists: nothing to delete
+		}
+		head, _ := c.Head()
+		addr := serverAddrOfTarget(m, head)
+		if addr == "" {
+			ok = false
+			continue
+		}
+		req := proto.ChunkDeleteReq{Routing: proto.Routing{Target: head, Chain: cid, Version: c.Version}, Ino: g.ino}
+		err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil)
+		if err != nil && !errors.Is(err, syscall.ENOENT) {
+			ok = false
 		}
 	}
 	return ok
 }
 
-func chainTargets(m *proto.ClusterMap, id uint32) []uint32 {
+func findChain(m *proto.ClusterMap, id uint32) (proto.Chain, bool) {
 	for _, c := range m.Chains {
 		if c.ID == id {
-			return c.Targets
+			return c, true
 		}
 	}
-	return nil
+	return proto.Chain{}, false
 }
 
 func serverAddrOfTarget(m *proto.ClusterMap, tid uint32) string {

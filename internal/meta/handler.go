@@ -31,6 +31,7 @@ var mutations = map[uint16]func() decoder{
 	proto.OpSetStripe:      func() decoder { return &proto.SetStripeReq{} },
 	proto.OpRelease:        func() decoder { return &proto.InoReq{} },
 	proto.OpRegisterServer: func() decoder { return &proto.RegisterServerReq{} },
+	proto.OpResyncDone:     func() decoder { return &proto.ResyncDoneReq{} },
 }
 
 func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
@@ -80,7 +81,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, nil, func() error { return s.status(out) })
 	case proto.OpHeartbeat:
 		var r proto.HeartbeatReq
-		return read(d, &r, func() error { s.live.heartbeat(&r); return nil })
+		return read(d, &r, func() error { return s.heartbeat(&r, out) })
 	case proto.OpSync:
 		return read(d, nil, func() error {
 			if err := s.node.store.syncNow(); err != nil {
@@ -241,6 +242,19 @@ func (s *Service) clusterMap() (*proto.ClusterMap, error) {
 	return m, nil
 }
 
+// heartbeat records a storage server's heartbeat and answers with the map
+// version and the server's lease.
+func (s *Service) heartbeat(r *proto.HeartbeatReq, out *wire.Enc) error {
+	s.live.heartbeat(r)
+	v, _, err := get(s.fsm.db, keyMapVersion)
+	if err != nil {
+		return err
+	}
+	rep := proto.HeartbeatReply{MapVersion: decodeU64(v), LeaseMs: uint32(s.cfg.FailureTimeout / 2 / time.Millisecond)}
+	rep.Encode(out)
+	return nil
+}
+
 func (s *Service) statFs(out *wire.Enc) error {
 	m, err := s.clusterMap()
 	if err != nil {
@@ -267,13 +281,18 @@ func (s *Service) status(out *wire.Enc) error {
 		return err
 	}
 	r := proto.StatusReply{
-		Map:         *m,
-		MetaAddr:    s.Addr(),
-		RaftState:   s.node.raft.State().String(),
-		RaftIndex:   s.node.raft.AppliedIndex(),
-		Inodes:      decodeU64(v),
-		InlineLimit: s.fsm.inlineLimit,
-		Sessions:    uint32(s.sessions.count(2 * time.Minute)),
+		Map:           *m,
+		MetaAddr:      s.Addr(),
+		RaftState:     s.node.raft.State().String(),
+		RaftIndex:     s.node.raft.AppliedIndex(),
+		Inodes:        decodeU64(v),
+		InlineLimit:   s.fsm.inlineLimit,
+		Sessions:      uint32(s.sessions.count(2 * time.Minute)),
+		Resyncs:       s.live.activeResyncs(3 * s.cfg.FailureTimeout),
+		PrivateSeenMs: s.live.privateSeen(),
+	}
+	for _, o := range s.fences.Latest() {
+		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}
 	r.Encode(out)
 	return nil

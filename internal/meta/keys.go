@@ -29,6 +29,7 @@ var (
 	keyNextIno     = []byte("s/nextino")
 	keyNextServer  = []byte("s/nextserver")
 	keyNextTarget  = []byte("s/nexttarget")
+	keyNextChain   = []byte("s/nextchain")
 	keyMapVersion  = []byte("s/mapversion")
 	keyInlineLimit = []byte("s/inlinelimit")
 	prefixServer   = []byte("cs")

@@ -9,24 +9,51 @@ import (
 )
 
 // liveness is the leader's in-memory view of storage heartbeats: when each
-// server was last heard from and the capacity of its targets.
+// server was last heard from on each network, the capacity of its targets
+// and the progress of the resyncs its targets run.
 type liveness struct {
 	mu      sync.Mutex
-	servers map[uint32]time.Time
+	public  map[uint32]time.Time // by server ID
+	private map[uint32]time.Time
 	targets map[string]proto.TargetInfo // by target UUID
+	resyncs map[[2]uint32]resyncSeen    // by {chain, target}
+}
+
+type resyncSeen struct {
+	proto.ResyncProgress
+	at time.Time
 }
 
 func newLiveness() *liveness {
-	return &liveness{servers: map[uint32]time.Time{}, targets: map[string]proto.TargetInfo{}}
+	return &liveness{
+		public: map[uint32]time.Time{}, private: map[uint32]time.Time{},
+		targets: map[string]proto.TargetInfo{}, resyncs: map[[2]uint32]resyncSeen{},
+	}
 }
 
 func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.servers[r.ServerID] = time.Now()
+	now := time.Now()
+	if r.Network == proto.NetPrivate {
+		l.private[r.ServerID] = now
+	} else {
+		l.public[r.ServerID] = now
+	}
 	for _, t := range r.Targets {
 		l.targets[t.UUID] = t
 	}
+	for _, p := range r.Resyncs {
+		l.resyncs[[2]uint32{p.Chain, p.Target}] = resyncSeen{p, now}
+	}
+}
+
+// lastPublic is when server id was last heard from on the network clients
+// use; zero if never (since this replica leads).
+func (l *liveness) lastPublic(id uint32) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.public[id]
 }
 
 // annotate fills in the live state and capacity of targets.
@@ -36,7 +63,7 @@ func (l *liveness) annotate(ts []proto.Target, deadAfter time.Duration) {
 	now := time.Now()
 	for i := range ts {
 		t := &ts[i]
-		seen, ok := l.servers[t.Server]
+		seen, ok := l.public[t.Server]
 		t.State = proto.TargetOffline
 		if ok {
 			t.LastSeenMs = seen.UnixMilli()
@@ -48,6 +75,33 @@ func (l *liveness) annotate(ts []proto.Target, deadAfter time.Duration) {
 			t.TotalBytes, t.FreeBytes, t.Device = info.TotalBytes, info.FreeBytes, info.Device
 		}
 	}
+}
+
+// privateSeen is when each server was last heard from on the private
+// network, for `tandem status`.
+func (l *liveness) privateSeen() map[uint32]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[uint32]int64, len(l.private))
+	for id, t := range l.private {
+		out[id] = t.UnixMilli()
+	}
+	return out
+}
+
+// activeResyncs are the resyncs reported within the last window.
+func (l *liveness) activeResyncs(window time.Duration) []proto.ResyncProgress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []proto.ResyncProgress
+	for k, r := range l.resyncs {
+		if time.Since(r.at) > window {
+			delete(l.resyncs, k)
+			continue
+		}
+		out = append(out, r.ResyncProgress)
+	}
+	return out
 }
 
 // sessions tracks when each client session was last heard from.

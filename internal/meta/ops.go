@@ -59,12 +59,12 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 		n.Size = uint64(len(r.Target))
 	case sIFREG:
 		n.Stripe = parent.Stripe
-		n.Chains = t.f.pickChains(ino, n.Stripe)
+		n.Chains = t.f.pickChains(ino, &n.Stripe)
 		n.Inline = t.f.inlineLimit > 0
 	case 0:
 		n.Mode |= sIFREG
 		n.Stripe = parent.Stripe
-		n.Chains = t.f.pickChains(ino, n.Stripe)
+		n.Chains = t.f.pickChains(ino, &n.Stripe)
 		n.Inline = t.f.inlineLimit > 0
 	}
 	t.touch(parent)
@@ -390,7 +390,7 @@ func (t *tx) resize(n *inodeRec, size uint64) error {
 			// Growing past the limit: nothing but zeros to move, so the
 			// file simply becomes a (sparse) file on its chains.
 			if len(n.Chains) == 0 {
-				n.Chains = t.f.pickChains(n.Ino, n.Stripe)
+				n.Chains = t.f.pickChains(n.Ino, &n.Stripe)
 				if len(n.Chains) == 0 {
 					return errNoTargets
 				}
@@ -465,7 +465,7 @@ func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
 	if len(n.Chains) == 0 {
-		n.Chains = t.f.pickChains(n.Ino, n.Stripe)
+		n.Chains = t.f.pickChains(n.Ino, &n.Stripe)
 		if len(n.Chains) == 0 {
 			return errNoTargets
 		}

@@ -94,14 +94,26 @@ func unmarshalTarget(b []byte) (proto.Target, error) {
 
 func marshalChain(c *proto.Chain) []byte {
 	e := wire.NewEnc(nil)
-	e.U32(c.ID)
-	e.U32(c.Version)
-	e.U32s(c.Targets)
+	c.Encode(e)
 	return e.B
 }
 
+// unmarshalChain also reads the first format, which had no member states
+// (every member serving).
 func unmarshalChain(b []byte) (proto.Chain, error) {
+	var c proto.Chain
 	d := wire.NewDec(b)
-	c := proto.Chain{ID: d.U32(), Version: d.U32(), Targets: d.U32s(8)}
-	return c, d.Finish()
+	c.Decode(d)
+	if err := d.Finish(); err != nil {
+		d = wire.NewDec(b)
+		c = proto.Chain{ID: d.U32(), Version: d.U32(), Targets: d.U32s(8)}
+		if err := d.Finish(); err != nil {
+			return c, err
+		}
+	}
+	if len(c.States) != len(c.Targets) {
+		c.States = make([]uint8, len(c.Targets))
+		c.SinceMs = make([]int64, len(c.Targets))
+	}
+	return c, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"tandemfs/internal/fence"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -43,8 +44,18 @@ type Config struct {
 	NoInline      bool         // store every file on targets
 	DefaultStripe proto.Stripe // default 1 MiB x 4 chains x 1 replica
 
+	// FailureTimeout is how long a storage server may stay silent on the
+	// public network before the leader fails over its chains (default
+	// 4 s, so that detection and failover together stay within 5 s).
+	// Storage servers stop serving replicated chains after half of it
+	// without an acknowledged heartbeat.
+	FailureTimeout time.Duration
+	// Fence, if set, names the fence agents the leader runs against a
+	// storage server it has failed over (fence-agents style, primary
+	// first).
+	Fence *fence.Config
 	// DeadAfter is how long a storage server may stay silent before its
-	// targets are shown offline (default 6 s).
+	// targets are shown offline (default FailureTimeout).
 	DeadAfter time.Duration
 	// SyncEvery is how often the Raft log is fsynced (default 100 ms);
 	// commits survive a crash of the process at once, a power failure
@@ -78,6 +89,8 @@ type Service struct {
 	serving     atomic.Bool
 	leaderSince atomic.Int64 // unix ns when serving began
 	live        *liveness
+	flaps       *flapCounter // used by the failure loop only
+	fences      *fence.Log
 	sessions    *sessions
 	storage     *storageClients
 
@@ -104,8 +117,9 @@ func Start(cfg Config) (*Service, error) {
 	if cfg.InlineLimit > proto.MaxInline {
 		return nil, fmt.Errorf("inline limit %d exceeds %d", cfg.InlineLimit, proto.MaxInline)
 	}
-	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4, Replicas: 1})
-	cfg.DeadAfter = orDuration(cfg.DeadAfter, 6*time.Second)
+	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4})
+	cfg.FailureTimeout = orDuration(cfg.FailureTimeout, 4*time.Second)
+	cfg.DeadAfter = orDuration(cfg.DeadAfter, cfg.FailureTimeout)
 	if cfg.SyncEvery == 0 {
 		cfg.SyncEvery = 100 * time.Millisecond
 	}
@@ -146,6 +160,8 @@ func Start(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(),
+		fences:  fence.NewLog(fence.DefaultKeep),
+		flaps:   &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
 		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
 		stop:    make(chan struct{}),
 	}
@@ -154,8 +170,9 @@ func Start(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.leadershipLoop() }()
+	go func() { defer s.wg.Done(); s.failureLoop() }()
 	go func() { defer s.wg.Done(); s.srv.Serve(ln) }()
 	go func() { defer s.wg.Done(); s.gcLoop() }()
 	go func() { defer s.wg.Done(); s.orphanLoop() }()

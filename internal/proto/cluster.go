@@ -30,11 +30,110 @@ type Target struct {
 	Device uint64
 }
 
-// Chain is an ordered list of targets that hold the same chunks.
+// States of a target within a chain.
+const (
+	MemberServing uint8 = 0 // holds every acknowledged write
+	MemberSyncing uint8 = 1 // takes new writes and is being copied up
+	MemberOffline uint8 = 2 // failed; misses writes until it resyncs
+)
+
+// MemberStateName is the state's name as `tandem status` shows it.
+func MemberStateName(s uint8) string {
+	switch s {
+	case MemberServing:
+		return "serving"
+	case MemberSyncing:
+		return "syncing"
+	case MemberOffline:
+		return "offline"
+	}
+	return "unknown"
+}
+
+// Chain is an ordered list of targets on different servers that hold the
+// same chunks. Its first serving member is the head: clients send it every
+// request, and it forwards changes to the other serving and syncing
+// members. Any change of membership or state bumps Version.
 type Chain struct {
 	ID      uint32
 	Version uint32
 	Targets []uint32
+	// States has one entry per member of Targets.
+	States []uint8
+	// SinceMs is, per member, when it stopped holding every write (unix
+	// ms, 0 while serving): a resync copies what changed after it.
+	SinceMs []int64
+}
+
+// Head is the chain's first serving member.
+func (c *Chain) Head() (uint32, bool) {
+	for i, t := range c.Targets {
+		if c.state(i) == MemberServing {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// State is the state of member t; ok is false if t is not a member.
+func (c *Chain) State(t uint32) (state uint8, ok bool) {
+	for i, m := range c.Targets {
+		if m == t {
+			return c.state(i), true
+		}
+	}
+	return 0, false
+}
+
+func (c *Chain) state(i int) uint8 {
+	if i < len(c.States) {
+		return c.States[i]
+	}
+	return MemberServing
+}
+
+// Followers are the members, other than the head, that take writes: the
+// serving and syncing ones.
+func (c *Chain) Followers() []uint32 {
+	head, _ := c.Head()
+	var out []uint32
+	for i, t := range c.Targets {
+		if t != head && c.state(i) != MemberOffline {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (c *Chain) Encode(e *wire.Enc) {
+	e.U32(c.ID)
+	e.U32(c.Version)
+	e.U32s(c.Targets)
+	e.U32(uint32(len(c.States)))
+	for i := range c.States {
+		e.U8(c.States[i])
+		e.I64(c.sinceMs(i))
+	}
+}
+
+func (c *Chain) Decode(d *wire.Dec) {
+	c.ID = d.U32()
+	c.Version = d.U32()
+	c.Targets = d.U32s(8)
+	n := d.Count(8, 9)
+	c.States = make([]uint8, n)
+	c.SinceMs = make([]int64, n)
+	for i := range n {
+		c.States[i] = d.U8()
+		c.SinceMs[i] = d.I64()
+	}
+}
+
+func (c *Chain) sinceMs(i int) int64 {
+	if i < len(c.SinceMs) {
+		return c.SinceMs[i]
+	}
+	return 0
 }
 
 // ClusterMap is the part of the cluster state clients need to route I/O.
@@ -61,10 +160,8 @@ func (m *ClusterMap) Encode(e *wire.Enc) {
 		t.Encode(e)
 	}
 	e.U32(uint32(len(m.Chains)))
-	for _, c := range m.Chains {
-		e.U32(c.ID)
-		e.U32(c.Version)
-		e.U32s(c.Targets)
+	for i := range m.Chains {
+		m.Chains[i].Encode(e)
 	}
 }
 
@@ -81,11 +178,9 @@ func (m *ClusterMap) Decode(d *wire.Dec) {
 	for i := range m.Targets {
 		m.Targets[i].Decode(d)
 	}
-	m.Chains = make([]Chain, d.Count(MaxList, 12))
+	m.Chains = make([]Chain, d.Count(MaxList, 16))
 	for i := range m.Chains {
-		m.Chains[i].ID = d.U32()
-		m.Chains[i].Version = d.U32()
-		m.Chains[i].Targets = d.U32s(8)
+		m.Chains[i].Decode(d)
 	}
 }
 
@@ -177,26 +272,101 @@ func (r *RegisterServerReply) Decode(d *wire.Dec) {
 	r.TargetIDs = d.U32s(1024)
 }
 
-// HeartbeatReq is sent by each storage server every heartbeat interval.
+// Networks a heartbeat can travel over.
+const (
+	NetPublic  uint8 = 0 // the network clients reach the server on
+	NetPrivate uint8 = 1 // the servers' back-end network
+)
+
+// HeartbeatReq is sent by each storage server every heartbeat interval,
+// over each network it has.
 type HeartbeatReq struct {
 	ServerID uint32
+	Network  uint8
 	Targets  []TargetInfo
+	Resyncs  []ResyncProgress
 }
 
 func (r *HeartbeatReq) Encode(e *wire.Enc) {
 	e.U32(r.ServerID)
+	e.U8(r.Network)
 	e.U32(uint32(len(r.Targets)))
 	for i := range r.Targets {
 		r.Targets[i].Encode(e)
+	}
+	e.U32(uint32(len(r.Resyncs)))
+	for i := range r.Resyncs {
+		r.Resyncs[i].Encode(e)
 	}
 }
 
 func (r *HeartbeatReq) Decode(d *wire.Dec) {
 	r.ServerID = d.U32()
+	r.Network = d.U8()
 	r.Targets = make([]TargetInfo, d.Count(1024, 20))
 	for i := range r.Targets {
 		r.Targets[i].Decode(d)
 	}
+	r.Resyncs = make([]ResyncProgress, d.Count(1024, 40))
+	for i := range r.Resyncs {
+		r.Resyncs[i].Decode(d)
+	}
+}
+
+// HeartbeatReply tells a storage server the current map version (it
+// reloads the map when it changed) and how long it may keep serving
+// replicated chains without another acknowledged heartbeat.
+type HeartbeatReply struct {
+	MapVersion uint64
+	LeaseMs    uint32
+}
+
+func (r *HeartbeatReply) Encode(e *wire.Enc) { e.U64(r.MapVersion); e.U32(r.LeaseMs) }
+func (r *HeartbeatReply) Decode(d *wire.Dec) { r.MapVersion = d.U64(); r.LeaseMs = d.U32() }
+
+// ResyncProgress is how far a chain's head got in copying a member.
+type ResyncProgress struct {
+	Chain, Target uint32
+	Buckets       uint32 // of 256 done
+	Chunks        uint64 // chunks examined
+	Copied        uint64 // chunks copied
+	Bytes         uint64 // bytes copied
+	StartedMs     int64
+}
+
+func (p *ResyncProgress) Encode(e *wire.Enc) {
+	e.U32(p.Chain)
+	e.U32(p.Target)
+	e.U32(p.Buckets)
+	e.U64(p.Chunks)
+	e.U64(p.Copied)
+	e.U64(p.Bytes)
+	e.I64(p.StartedMs)
+}
+
+func (p *ResyncProgress) Decode(d *wire.Dec) {
+	p.Chain, p.Target, p.Buckets = d.U32(), d.U32(), d.U32()
+	p.Chunks, p.Copied, p.Bytes = d.U64(), d.U64(), d.U64()
+	p.StartedMs = d.I64()
+}
+
+// FenceEvent is the outcome of running a server's fence agents.
+type FenceEvent struct {
+	ServerID uint32
+	AtMs     int64
+	Fenced   bool
+	Summary  string // one line: which agents ran, which one fenced it
+}
+
+// ResyncDoneReq reports that Target holds every chunk of Chain as of
+// chain version Version; the metadata leader then makes it serving.
+type ResyncDoneReq struct {
+	Chain, Target, Version uint32
+}
+
+func (r *ResyncDoneReq) Encode(e *wire.Enc) { e.U32(r.Chain); e.U32(r.Target); e.U32(r.Version) }
+func (r *ResyncDoneReq) Decode(d *wire.Dec) {
+	r.Chain, r.Target, r.Version = d.U32(), d.U32(), d.U32()
 }
 
 // StatusReply is what `tandem status` shows.
@@ -208,6 +378,12 @@ type StatusReply struct {
 	Inodes      uint64
 	InlineLimit uint32
 	Sessions    uint32
+	Resyncs     []ResyncProgress
+	// Fencing is the latest fencing of each server that was fenced.
+	Fencing []FenceEvent
+	// PrivateSeenMs is, per server ID, the last heartbeat over the
+	// private network (unix ms); absent for servers without one.
+	PrivateSeenMs map[uint32]int64
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -218,6 +394,23 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U64(r.Inodes)
 	e.U32(r.InlineLimit)
 	e.U32(r.Sessions)
+	e.U32(uint32(len(r.Resyncs)))
+	for i := range r.Resyncs {
+		r.Resyncs[i].Encode(e)
+	}
+	e.U32(uint32(len(r.Fencing)))
+	for i := range r.Fencing {
+		f := &r.Fencing[i]
+		e.U32(f.ServerID)
+		e.I64(f.AtMs)
+		e.Bool(f.Fenced)
+		e.String(f.Summary)
+	}
+	e.U32(uint32(len(r.PrivateSeenMs)))
+	for id, ms := range r.PrivateSeenMs {
+		e.U32(id)
+		e.I64(ms)
+	}
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -228,6 +421,21 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	r.Inodes = d.U64()
 	r.InlineLimit = d.U32()
 	r.Sessions = d.U32()
+	r.Resyncs = make([]ResyncProgress, d.Count(MaxList, 40))
+	for i := range r.Resyncs {
+		r.Resyncs[i].Decode(d)
+	}
+	r.Fencing = make([]FenceEvent, d.Count(MaxList, 17))
+	for i := range r.Fencing {
+		f := &r.Fencing[i]
+		f.ServerID, f.AtMs, f.Fenced, f.Summary = d.U32(), d.I64(), d.Bool(), d.String(4096)
+	}
+	n := d.Count(MaxList, 12)
+	r.PrivateSeenMs = make(map[uint32]int64, n)
+	for range n {
+		id := d.U32()
+		r.PrivateSeenMs[id] = d.I64()
+	}
 }
 
 // Capacity sums the space of targets, counting a file system shared by

@@ -27,7 +27,8 @@ const (
 	OpHeartbeat
 	OpSessionKeepalive
 	OpStatus
-	OpSync // make every change so far durable on disk (an application's fsync)
+	OpSync       // make every change so far durable on disk (an application's fsync)
+	OpResyncDone // a chain's head finished copying a member: it may serve
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

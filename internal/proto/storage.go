@@ -9,31 +9,57 @@ const (
 	OpChunkTruncate
 	OpChunkSync
 	OpChunkDelete
+	OpChunkList
 )
 
-// ChunkRef names one chunk: chunk Index of file Ino on target Target.
-type ChunkRef struct {
-	Target uint32
-	Ino    uint64
-	Index  uint64
+// Routing says which copy of which chain a request is for. A client sends
+// every request to the head of the chain (its first serving member), which
+// applies it and forwards it, Forwarded set, to the chain's other members.
+// Version is the chain version the sender routed by: a target refuses
+// requests whose version differs from the one it knows (the first layer of
+// fencing), and a sender that gets ESTALE reloads the cluster map.
+type Routing struct {
+	Target    uint32 // the target the request is addressed to
+	Chain     uint32
+	Version   uint32
+	Forwarded bool // from the chain's head: apply here only
 }
 
-func (c *ChunkRef) Encode(e *wire.Enc) { e.U32(c.Target); e.U64(c.Ino); e.U64(c.Index) }
+func (r *Routing) Encode(e *wire.Enc) {
+	e.U32(r.Target)
+	e.U32(r.Chain)
+	e.U32(r.Version)
+	e.Bool(r.Forwarded)
+}
+
+func (r *Routing) Decode(d *wire.Dec) {
+	r.Target = d.U32()
+	r.Chain = d.U32()
+	r.Version = d.U32()
+	r.Forwarded = d.Bool()
+}
+
+// ChunkRef names one chunk: chunk Index of file Ino, in the copy of its
+// chain that Routing addresses.
+type ChunkRef struct {
+	Routing
+	Ino   uint64
+	Index uint64
+}
+
+func (c *ChunkRef) Encode(e *wire.Enc) { c.Routing.Encode(e); e.U64(c.Ino); e.U64(c.Index) }
 func (c *ChunkRef) Decode(d *wire.Dec) {
-	c.Target = d.U32()
+	c.Routing.Decode(d)
 	c.Ino = d.U64()
 	c.Index = d.U64()
 }
 
-// ChunkWriteReq writes Data at offset Off inside a chunk. ChainVersion is
-// the chain version the writer routed by; stale versions are refused once
-// chains have replicas.
+// ChunkWriteReq writes Data at offset Off inside a chunk.
 type ChunkWriteReq struct {
-	Chunk        ChunkRef
-	Off          uint32
-	Data         []byte
-	ChainVersion uint32
-	Sync         bool // fsync before replying (O_SYNC/O_DSYNC writers)
+	Chunk ChunkRef
+	Off   uint32
+	Data  []byte
+	Sync  bool // fsync before replying (O_SYNC/O_DSYNC writers)
 }
 
 // Encode writes the request; the data comes last so that senders can
@@ -48,7 +74,6 @@ func (r *ChunkWriteReq) Encode(e *wire.Enc) {
 func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
 	r.Chunk.Encode(e)
 	e.U32(r.Off)
-	e.U32(r.ChainVersion)
 	e.Bool(r.Sync)
 	e.U32(uint32(len(r.Data)))
 }
@@ -56,7 +81,6 @@ func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
 func (r *ChunkWriteReq) Decode(d *wire.Dec) {
 	r.Chunk.Decode(d)
 	r.Off = d.U32()
-	r.ChainVersion = d.U32()
 	r.Sync = d.Bool()
 	r.Data = d.Bytes(MaxData)
 }
@@ -89,13 +113,13 @@ func (r *ChunkTruncateReq) Decode(d *wire.Dec) { r.Chunk.Decode(d); r.Size = d.U
 // ChunkSyncReq makes the listed chunks of one file durable on a target.
 // No Indexes means every chunk of the file on that target.
 type ChunkSyncReq struct {
-	Target  uint32
+	Routing
 	Ino     uint64
 	Indexes []uint64
 }
 
 func (r *ChunkSyncReq) Encode(e *wire.Enc) {
-	e.U32(r.Target)
+	r.Routing.Encode(e)
 	e.U64(r.Ino)
 	e.U32(uint32(len(r.Indexes)))
 	for _, i := range r.Indexes {
@@ -104,7 +128,7 @@ func (r *ChunkSyncReq) Encode(e *wire.Enc) {
 }
 
 func (r *ChunkSyncReq) Decode(d *wire.Dec) {
-	r.Target = d.U32()
+	r.Routing.Decode(d)
 	r.Ino = d.U64()
 	r.Indexes = make([]uint64, d.Count(MaxList, 8))
 	for i := range r.Indexes {
@@ -112,17 +136,90 @@ func (r *ChunkSyncReq) Decode(d *wire.Dec) {
 	}
 }
 
-// ChunkDeleteReq removes every chunk of file Ino on Target whose index is
-// at least From (From 0: the whole file).
+// ChunkDeleteReq removes every chunk of file Ino whose index is in
+// [From, To) (To 0: no upper bound; From 0, To 0: the whole file).
 type ChunkDeleteReq struct {
-	Target uint32
-	Ino    uint64
-	From   uint64
+	Routing
+	Ino  uint64
+	From uint64
+	To   uint64
 }
 
-func (r *ChunkDeleteReq) Encode(e *wire.Enc) { e.U32(r.Target); e.U64(r.Ino); e.U64(r.From) }
+func (r *ChunkDeleteReq) Encode(e *wire.Enc) {
+	r.Routing.Encode(e)
+	e.U64(r.Ino)
+	e.U64(r.From)
+	e.U64(r.To)
+}
+
 func (r *ChunkDeleteReq) Decode(d *wire.Dec) {
-	r.Target = d.U32()
+	r.Routing.Decode(d)
 	r.Ino = d.U64()
 	r.From = d.U64()
+	r.To = d.U64()
+}
+
+// ChunkListReq lists the chunks a target holds for a chain, one bucket
+// (Ino mod 256) at a time, in (Ino, Index) order after (AfterIno,
+// AfterIndex); Start says to list the bucket from its beginning. The head
+// of a chain uses it to resync a member.
+type ChunkListReq struct {
+	Routing
+	Bucket     uint8
+	Start      bool
+	AfterIno   uint64
+	AfterIndex uint64
+	Limit      uint32
+}
+
+func (r *ChunkListReq) Encode(e *wire.Enc) {
+	r.Routing.Encode(e)
+	e.U8(r.Bucket)
+	e.Bool(r.Start)
+	e.U64(r.AfterIno)
+	e.U64(r.AfterIndex)
+	e.U32(r.Limit)
+}
+
+func (r *ChunkListReq) Decode(d *wire.Dec) {
+	r.Routing.Decode(d)
+	r.Bucket = d.U8()
+	r.Start = d.Bool()
+	r.AfterIno = d.U64()
+	r.AfterIndex = d.U64()
+	r.Limit = d.U32()
+}
+
+// ChunkStat describes one stored chunk.
+type ChunkStat struct {
+	Ino, Index uint64
+	Size       uint64
+	MtimeMs    int64
+}
+
+// ChunkListReply is one page of a ChunkListReq; More is set when the
+// bucket holds further chunks.
+type ChunkListReply struct {
+	Chunks []ChunkStat
+	More   bool
+}
+
+func (r *ChunkListReply) Encode(e *wire.Enc) {
+	e.U32(uint32(len(r.Chunks)))
+	for _, c := range r.Chunks {
+		e.U64(c.Ino)
+		e.U64(c.Index)
+		e.U64(c.Size)
+		e.I64(c.MtimeMs)
+	}
+	e.Bool(r.More)
+}
+
+func (r *ChunkListReply) Decode(d *wire.Dec) {
+	r.Chunks = make([]ChunkStat, d.Count(MaxList, 32))
+	for i := range r.Chunks {
+		c := &r.Chunks[i]
+		c.Ino, c.Index, c.Size, c.MtimeMs = d.U64(), d.U64(), d.U64(), d.I64()
+	}
+	r.More = d.Bool()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Op is a kind of file system call, as matched by a Fault.
@@ -207,6 +208,13 @@ func (f *FaultFS) Statfs(name string) (uint64, uint64, error) {
 		return 0, 0, err
 	}
 	return f.FS.Statfs(name)
+}
+
+func (f *FaultFS) Stat(name string) (int64, time.Time, error) {
+	if err := f.err(OpSize, name); err != nil {
+		return 0, time.Time{}, err
+	}
+	return f.FS.Stat(name)
 }
 
 func (f *FaultFS) Lock(name string) (io.Closer, error) {

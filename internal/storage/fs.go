@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // FS is the file system a target lives on. All disk access of the engine
@@ -31,6 +32,8 @@ type FS interface {
 	// Lock takes an exclusive advisory lock on name (creating it), failing
 	// at once if another process holds it.
 	Lock(name string) (io.Closer, error)
+	// Stat reports a file's size and modification time.
+	Stat(name string) (size int64, mtime time.Time, err error)
 }
 
 // File is an open file. ReadAt and WriteAt are pread/pwrite: they do not
@@ -110,6 +113,14 @@ func (OSFS) Statfs(name string) (total, free uint64, err error) {
 	}
 	bs := uint64(st.Bsize)
 	return st.Blocks * bs, st.Bavail * bs, nil
+}
+
+func (OSFS) Stat(name string) (int64, time.Time, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return fi.Size(), fi.ModTime(), nil
 }
 
 func (OSFS) Lock(name string) (io.Closer, error) {

@@ -26,13 +26,13 @@ func FuzzStorageRequest(f *testing.F) {
 	}
 	svc.indexTargets()
 
-	ref := proto.ChunkRef{Target: 1, Ino: 3, Index: 1}
+	ref := proto.ChunkRef{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, Index: 1}
 	for op, req := range map[uint16]interface{ Encode(*wire.Enc) }{
 		proto.OpChunkWrite:    &proto.ChunkWriteReq{Chunk: ref, Off: 4000, Data: []byte("some bytes"), Sync: true},
 		proto.OpChunkRead:     &proto.ChunkReadReq{Chunk: ref, Off: 3000, Len: 5000},
 		proto.OpChunkTruncate: &proto.ChunkTruncateReq{Chunk: ref, Size: 4005},
-		proto.OpChunkSync:     &proto.ChunkSyncReq{Target: 1, Ino: 3, Indexes: []uint64{0, 1}},
-		proto.OpChunkDelete:   &proto.ChunkDeleteReq{Target: 1, Ino: 3, From: 1},
+		proto.OpChunkSync:     &proto.ChunkSyncReq{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, Indexes: []uint64{0, 1}},
+		proto.OpChunkDelete:   &proto.ChunkDeleteReq{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, From: 1},
 	} {
 		var e wire.Enc
 		req.Encode(&e)

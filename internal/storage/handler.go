@@ -15,83 +15,114 @@ const errNoTarget = syscall.ENODEV
 
 // handle serves one storage request. Replies carry no payload, except
 // OpChunkRead's: the bytes read as a wire byte string (Enc.Bytes), shorter
-// than asked where the chunk ends.
+// than asked where the chunk ends; and OpChunkList's.
 func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 	switch op {
 	case proto.OpChunkWrite:
 		var r proto.ChunkWriteReq
 		r.Decode(d)
-		tg, err := s.decoded(d, r.Chunk.Target)
-		if err != nil {
-			return err
-		}
-		// ChainVersion is checked once chains replicate.
-		if err := tg.Write(r.Chunk.Ino, r.Chunk.Index, int64(r.Off), r.Data); err != nil {
-			return err
-		}
-		if r.Sync {
-			idx := [1]uint64{r.Chunk.Index}
-			return tg.Sync(r.Chunk.Ino, idx[:])
-		}
-		return nil
-
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error { return s.write(st, c, &r) })
 	case proto.OpChunkRead:
 		var r proto.ChunkReadReq
 		r.Decode(d)
-		tg, err := s.decoded(d, r.Chunk.Target)
-		if err != nil {
-			return err
-		}
-		if r.Len > proto.MaxData {
-			return rpc.Errorf(syscall.EINVAL, "read of %d bytes exceeds the limit of %d", r.Len, proto.MaxData)
-		}
-		// Read straight into the reply buffer behind the length.
-		start := len(e.B)
-		e.B = slices.Grow(e.B, 4+int(r.Len))[:start+4+int(r.Len)]
-		n, err := tg.Read(r.Chunk.Ino, r.Chunk.Index, e.B[start+4:], int64(r.Off))
-		if err != nil {
-			e.B = e.B[:start]
-			return err
-		}
-		binary.LittleEndian.PutUint32(e.B[start:], uint32(n))
-		e.B = e.B[:start+4+n]
-		return nil
-
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, _ proto.Chain) error { return s.read(st, &r, e) })
 	case proto.OpChunkTruncate:
 		var r proto.ChunkTruncateReq
 		r.Decode(d)
-		tg, err := s.decoded(d, r.Chunk.Target)
-		if err != nil {
-			return err
-		}
-		return tg.Truncate(r.Chunk.Ino, r.Chunk.Index, int64(r.Size))
-
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
+			return s.onChain(&r.Chunk.Routing, c, func() func() { return s.lockChunk(c.ID, r.Chunk.Ino, r.Chunk.Index) },
+				func() error { return st.Truncate(r.Chunk.Ino, r.Chunk.Index, int64(r.Size)) },
+				func(p *rpc.Client, to proto.Routing) error {
+					f := r
+					f.Chunk.Routing = to
+					return p.Call(proto.OpChunkTruncate, f.Encode, nil)
+				})
+		})
 	case proto.OpChunkSync:
 		var r proto.ChunkSyncReq
 		r.Decode(d)
-		tg, err := s.decoded(d, r.Target)
-		if err != nil {
-			return err
-		}
-		return tg.Sync(r.Ino, r.Indexes)
-
+		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
+			return s.onChain(&r.Routing, c, noLock,
+				func() error { return st.Sync(r.Ino, r.Indexes) },
+				func(p *rpc.Client, to proto.Routing) error {
+					f := r
+					f.Routing = to
+					return p.Call(proto.OpChunkSync, f.Encode, nil)
+				})
+		})
 	case proto.OpChunkDelete:
 		var r proto.ChunkDeleteReq
 		r.Decode(d)
-		tg, err := s.decoded(d, r.Target)
-		if err != nil {
+		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
+			return s.onChain(&r.Routing, c, func() func() { return s.lockIno(c.ID, r.Ino) },
+				func() error { return st.DeleteRange(r.Ino, r.From, r.To) },
+				func(p *rpc.Client, to proto.Routing) error {
+					f := r
+					f.Routing = to
+					return p.Call(proto.OpChunkDelete, f.Encode, nil)
+				})
+		})
+	case proto.OpChunkList:
+		var r proto.ChunkListReq
+		r.Decode(d)
+		return s.serve(d, &r.Routing, func(st *Target, _ proto.Chain) error {
+			limit := int(min(max(r.Limit, 1), 4096))
+			chunks, more, err := st.ListBucket(r.Bucket, r.Start, r.AfterIno, r.AfterIndex, limit)
+			if err == nil {
+				(&proto.ChunkListReply{Chunks: chunks, More: more}).Encode(e)
+			}
 			return err
-		}
-		return tg.Delete(r.Ino, r.From)
+		})
 	}
 	return rpc.Errorf(syscall.ENOSYS, "storage server: unknown operation %d", op)
 }
 
-// decoded rejects a request that did not decode exactly (answered with
-// EBADMSG) and otherwise looks up its target.
-func (s *Service) decoded(d *wire.Dec, target uint32) (*Target, error) {
+// serve rejects a request that did not decode exactly (answered with
+// EBADMSG), admits it (see admit) and runs fn on the store it addresses.
+func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.Chain) error) error {
 	if err := d.Finish(); err != nil {
-		return nil, rpc.BadRequest(err)
+		return rpc.BadRequest(err)
 	}
-	return s.target(target)
+	st, c, err := s.admit(rt)
+	if err != nil {
+		return err
+	}
+	return fn(st, c)
+}
+
+func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
+	ref := &r.Chunk
+	return s.onChain(&ref.Routing, c, func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
+		func() error {
+			if err := st.Write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {
+				return err
+			}
+			if r.Sync {
+				idx := [1]uint64{ref.Index}
+				return st.Sync(ref.Ino, idx[:])
+			}
+			return nil
+		},
+		func(p *rpc.Client, to proto.Routing) error {
+			f := *r
+			f.Chunk.Routing = to
+			return p.CallData(proto.OpChunkWrite, f.EncodeHead, f.Data, nil)
+		})
+}
+
+// read reads straight into the reply buffer behind the length.
+func (s *Service) read(st *Target, r *proto.ChunkReadReq, e *wire.Enc) error {
+	if r.Len > proto.MaxData {
+		return rpc.Errorf(syscall.EINVAL, "read of %d bytes exceeds the limit of %d", r.Len, proto.MaxData)
+	}
+	start := len(e.B)
+	e.B = slices.Grow(e.B, 4+int(r.Len))[:start+4+int(r.Len)]
+	n, err := st.Read(r.Chunk.Ino, r.Chunk.Index, e.B[start+4:], int64(r.Off))
+	if err != nil {
+		e.B = e.B[:start]
+		return err
+	}
+	binary.LittleEndian.PutUint32(e.B[start:], uint32(n))
+	e.B = e.B[:start+4+n]
+	return nil
 }

@@ -188,20 +188,24 @@ func (t *Target) listChunks(ino uint64) ([]uint64, error) {
 // Delete removes the chunks of file ino whose index is at least from, and
 // the file's directory once it is empty. The removal is durable on return,
 // so that a crash cannot bring back chunks a later extension would expose.
-func (t *Target) Delete(ino, from uint64) error {
+func (t *Target) Delete(ino, from uint64) error { return t.DeleteRange(ino, from, 0) }
+
+// DeleteRange removes the chunks of file ino whose index is in [from, to)
+// (to 0: no upper bound), like Delete.
+func (t *Target) DeleteRange(ino, from, to uint64) error {
 	if t.closed.Load() {
 		return errClosed
 	}
 	l := t.inoLock(ino)
 	l.Lock()
 	defer l.Unlock()
-	if err := t.deleteLocked(ino, from); err != nil {
+	if err := t.deleteLocked(ino, from, to); err != nil {
 		return fmt.Errorf("delete chunks %d/%d.. on target %s: %w", ino, from, t.dir, err)
 	}
 	return nil
 }
 
-func (t *Target) deleteLocked(ino, from uint64) error {
+func (t *Target) deleteLocked(ino, from, to uint64) error {
 	dir := t.inoDir(ino)
 	names, err := t.fs.ReadDirNames(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -214,7 +218,7 @@ func (t *Target) deleteLocked(ino, from uint64) error {
 	kept := 0
 	for _, n := range names {
 		idx, err := strconv.ParseUint(strings.TrimSuffix(n, ".sum"), 10, 64)
-		if err != nil || idx < from {
+		if err != nil || idx < from || (to != 0 && idx >= to) {
 			kept++
 			continue
 		}

@@ -85,25 +85,24 @@ func (s *Service) register() bool {
 	}
 	s.indexTargets()
 	s.serverID.Store(rep.ServerID)
+	if err := s.refreshView(0); err != nil {
+		s.logf("storage: loading the cluster map: %v; retrying in %v", explainMetaErr(err), s.cfg.RetryInterval)
+		return false
+	}
 	s.logf("storage: registered with the metadata service at %s as server %d; targets %s", addr, rep.ServerID, strings.Join(ids, ", "))
 	s.regOnce.Do(func() { close(s.reg) })
 	return true
 }
 
 // heartbeatUntilRefused heartbeats until the service stops (false) or the
-// metadata service refuses a heartbeat (true: register again).
+// metadata service refuses a heartbeat (true: register again). The first
+// heartbeat goes at once: it grants the lease replicated chains need.
 func (s *Service) heartbeatUntilRefused() bool {
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	failures := 0
 	for {
-		select {
-		case <-s.stop:
-			return false
-		case <-tick.C:
-		}
-		req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Targets: s.targetInfos()}
-		_, err := s.callMeta(proto.OpHeartbeat, req.Encode, nil)
+		err := s.heartbeat(proto.NetPublic, s.metas)
 		var re *rpc.Error
 		switch {
 		case err == nil:
@@ -115,25 +114,92 @@ func (s *Service) heartbeatUntilRefused() bool {
 			s.logf("storage: metadata service refused our heartbeat (%v); registering again", err)
 			return true
 		default:
-			// Log the first failure and then about every 30 s, not
-			// every interval: a long outage must not flood the log.
-			if failures%max(1, int(30*time.Second/s.cfg.HeartbeatInterval)) == 0 {
-				s.logf("storage: heartbeat failed: %v", explainMetaErr(err))
-			}
+			s.logQuietly(failures, "storage: heartbeat failed: %v", explainMetaErr(err))
 			failures++
 		}
+		select {
+		case <-s.stop:
+			return false
+		case <-tick.C:
+		}
 	}
+}
+
+// heartbeatPrivate heartbeats over the private network, once registered.
+// These heartbeats do not extend the lease: a server clients cannot reach
+// is failed over even if the metadata service still hears it privately.
+func (s *Service) heartbeatPrivate() {
+	defer s.wg.Done()
+	select {
+	case <-s.stop:
+		return
+	case <-s.reg:
+	}
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	failures := 0
+	for {
+		if err := s.heartbeat(proto.NetPrivate, s.private); err != nil {
+			s.logQuietly(failures, "storage: heartbeat over the private network failed: %v", explainMetaErr(err))
+			failures++
+		} else {
+			failures = 0
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// logQuietly logs the first failure of a series and then about every
+// 30 s, not every interval: a long outage must not flood the log.
+func (s *Service) logQuietly(failures int, format string, args ...any) {
+	if failures%max(1, int(30*time.Second/s.cfg.HeartbeatInterval)) == 0 {
+		s.logf(format, args...)
+	}
+}
+
+// heartbeat sends one heartbeat over network net. An acknowledgement over
+// the public network extends the lease from the time the heartbeat was
+// sent, so the lease always ends before the leader, which heard it later,
+// can judge the server silent; a newer map version makes the server
+// reload the map.
+func (s *Service) heartbeat(net uint8, metas []*rpc.Client) error {
+	req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Network: net, Targets: s.targetInfos(), Resyncs: s.resyncs.progress()}
+	var rep proto.HeartbeatReply
+	sent := time.Now()
+	_, err := s.callMetaOn(metas, proto.OpHeartbeat, req.Encode, func(d *wire.Dec) error { rep.Decode(d); return d.Err() })
+	if err != nil {
+		return err
+	}
+	if net == proto.NetPublic && rep.LeaseMs > 0 {
+		s.cs.leaseUntil.Store(sent.Add(time.Duration(rep.LeaseMs) * time.Millisecond))
+	}
+	if v := s.cs.view.Load(); v == nil || rep.MapVersion > v.version {
+		if err := s.refreshView(rep.MapVersion); err != nil {
+			s.logf("storage: reloading the cluster map: %v", explainMetaErr(err))
+		}
+	}
+	return nil
 }
 
 // callMeta calls op on the metadata replicas, starting with the one that
 // answered last, and returns the address of the one that answered.
 func (s *Service) callMeta(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) (string, error) {
+	return s.callMetaOn(s.metas, op, enc, dec)
+}
+
+func (s *Service) callMetaOn(metas []*rpc.Client, op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) (string, error) {
 	var errs []error
-	for i := range s.metas {
-		c := s.metas[(s.metaNext+i)%len(s.metas)]
+	first := int(s.metaNext.Load())
+	for i := range metas {
+		n := (first + i) % len(metas)
+		c := metas[n]
 		err := c.Call(op, enc, dec)
 		if err == nil {
-			s.metaNext = (s.metaNext + i) % len(s.metas)
+			s.metaNext.Store(int32(n))
 			return c.Addr, nil
 		}
 		var re *rpc.Error

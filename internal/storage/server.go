@@ -26,13 +26,18 @@ type Config struct {
 	AdvertiseAddr string
 	// MetaAddrs are the metadata service replicas; any of them may answer.
 	MetaAddrs []string
-	Secret    rpc.Secret
+	// PrivateMetaAddrs are the same replicas on the private network, if
+	// the servers have one: heartbeats go over both, so that losing one
+	// network is not mistaken for a failed server.
+	PrivateMetaAddrs []string
+	Secret           rpc.Secret
 	// TargetDirs are the target directories to serve; they must exist.
 	TargetDirs []string
 	// StateDir holds server.uuid, the server's identity. Default: the
 	// first target directory.
 	StateDir string
-	// HeartbeatInterval is the time between heartbeats (default 2 s).
+	// HeartbeatInterval is the time between heartbeats (default 500 ms,
+	// a tenth of the default failure timeout).
 	HeartbeatInterval time.Duration
 	// RetryInterval is the time between registration attempts while the
 	// metadata service is unreachable (default 3 s).
@@ -56,11 +61,15 @@ type Service struct {
 	byID     atomic.Pointer[map[uint32]*Target]
 	serverID atomic.Uint32
 
-	ln        net.Listener
-	addr      string // advertised
-	srv       *rpc.Server
-	metas     []*rpc.Client
-	metaNext  int // replica to try first; used by the run goroutine only
+	ln       net.Listener
+	addr     string // advertised
+	srv      *rpc.Server
+	metas    []*rpc.Client
+	metaNext atomic.Int32 // replica to try first
+	private  []*rpc.Client
+
+	cs        chainState
+	resyncs   resyncs
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	regOnce   sync.Once
@@ -86,7 +95,15 @@ func Start(cfg Config) (*Service, error) {
 	for _, a := range cfg.MetaAddrs {
 		s.metas = append(s.metas, rpc.NewClient(a, cfg.Secret))
 	}
-	s.wg.Add(2)
+	for _, a := range cfg.PrivateMetaAddrs {
+		s.private = append(s.private, rpc.NewClient(a, cfg.Secret))
+	}
+	s.wg.Add(3)
+	if len(s.private) > 0 {
+		s.wg.Add(1)
+		go s.heartbeatPrivate()
+	}
+	go s.resyncLoop()
 	go func() {
 		defer s.wg.Done()
 		if err := s.srv.Serve(s.ln); err != nil {
@@ -112,7 +129,7 @@ func newService(cfg Config) (*Service, error) {
 		return nil, errors.New("storage: no target directory")
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 2 * time.Second
+		cfg.HeartbeatInterval = 500 * time.Millisecond
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 3 * time.Second
@@ -121,6 +138,10 @@ func newService(cfg Config) (*Service, error) {
 		cfg.FS = OSFS{}
 	}
 	s := &Service{cfg: cfg, logf: cfg.Logf, stop: make(chan struct{}), reg: make(chan struct{})}
+	s.cs.stores = map[uint32]*Target{}
+	s.cs.peers = map[string]*rpc.Client{}
+	s.resyncs.running = map[[2]uint32]*resyncJob{}
+	s.resyncs.done = map[[2]uint32]uint32{}
 	if s.logf == nil {
 		s.logf = log.Printf
 	}
@@ -246,9 +267,11 @@ func (s *Service) Close() error {
 			s.srv.Close()
 		}
 		s.wg.Wait()
-		for _, c := range s.metas {
+		for _, c := range append(s.metas, s.private...) {
 			c.Close()
 		}
+		s.closePeers()
+		s.closeChainStores()
 		s.closeTargets()
 	})
 	return nil

@@ -96,6 +96,19 @@ func (m *fakeMeta) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 			return rpc.Errorf(syscall.ENOENT, "unknown server %d", r.ServerID)
 		}
 		m.beats = append(m.beats, r)
+		(&proto.HeartbeatReply{MapVersion: uint64(len(m.regs)), LeaseMs: 2500}).Encode(e)
+		return nil
+	case proto.OpClusterMap:
+		if err := d.Finish(); err != nil {
+			return rpc.BadRequest(err)
+		}
+		// Every ID handed out is a chain of one target: enough for a
+		// server that routes by chain.
+		cm := proto.ClusterMap{Version: uint64(len(m.regs))}
+		for _, id := range m.ids {
+			cm.Chains = append(cm.Chains, proto.Chain{ID: id, Version: 1, Targets: []uint32{id}, States: []uint8{0}, SinceMs: []int64{0}})
+		}
+		cm.Encode(e)
 		return nil
 	}
 	return rpc.Errorf(syscall.ENOSYS, "op %d", op)
@@ -241,7 +254,7 @@ func TestRestartedServerKeepsItsIdentityAndServesAtOnce(t *testing.T) {
 	first := startServer(t, cfg)
 	waitRegistered(t, first.svc)
 	ids := []uint32{first.svc.Targets()[0].ID(), first.svc.Targets()[1].ID()}
-	call(t, first.client, proto.OpChunkWrite, &proto.ChunkWriteReq{Chunk: proto.ChunkRef{Target: ids[1], Ino: 5}, Data: []byte("kept")})
+	call(t, first.client, proto.OpChunkWrite, &proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: ids[1], Chain: ids[1]}, Ino: 5}, Data: []byte("kept")})
 	first.svc.Close()
 
 	// Restart while the metadata service is down: the targets are served
@@ -341,7 +354,7 @@ func call(t *testing.T, c *rpc.Client, op uint16, req interface{ Encode(*wire.En
 }
 
 func readChunkErr(c *rpc.Client, target uint32, ino, idx uint64, off, n uint32) ([]byte, error) {
-	req := proto.ChunkReadReq{Chunk: proto.ChunkRef{Target: target, Ino: ino, Index: idx}, Off: off, Len: n}
+	req := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: target, Chain: target}, Ino: ino, Index: idx}, Off: off, Len: n}
 	var got []byte
 	err := c.Call(proto.OpChunkRead, req.Encode, func(d *wire.Dec) error {
 		got = append([]byte(nil), d.Bytes(proto.MaxData)...)
@@ -366,7 +379,9 @@ func TestChunkOperationsOverTCP(t *testing.T) {
 	waitRegistered(t, ts.svc)
 	tid := ts.svc.Targets()[1].ID()
 	c := ts.client
-	ref := func(idx uint64) proto.ChunkRef { return proto.ChunkRef{Target: tid, Ino: 77, Index: idx} }
+	ref := func(idx uint64) proto.ChunkRef {
+		return proto.ChunkRef{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 77, Index: idx}
+	}
 
 	big := pattern(9, proto.MaxData)
 	call(t, c, proto.OpChunkWrite, &proto.ChunkWriteReq{Chunk: ref(0), Off: 0, Data: big, Sync: true})
@@ -385,9 +400,9 @@ func TestChunkOperationsOverTCP(t *testing.T) {
 		t.Fatalf("after truncate: %q", got)
 	}
 	call(t, c, proto.OpChunkWrite, &proto.ChunkWriteReq{Chunk: ref(3), Data: []byte("three")})
-	call(t, c, proto.OpChunkSync, &proto.ChunkSyncReq{Target: tid, Ino: 77})
-	call(t, c, proto.OpChunkSync, &proto.ChunkSyncReq{Target: tid, Ino: 77, Indexes: []uint64{0, 3, 9}})
-	call(t, c, proto.OpChunkDelete, &proto.ChunkDeleteReq{Target: tid, Ino: 77, From: 1})
+	call(t, c, proto.OpChunkSync, &proto.ChunkSyncReq{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 77})
+	call(t, c, proto.OpChunkSync, &proto.ChunkSyncReq{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 77, Indexes: []uint64{0, 3, 9}})
+	call(t, c, proto.OpChunkDelete, &proto.ChunkDeleteReq{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 77, From: 1})
 	if got, err := readChunkErr(c, tid, 77, 3, 0, 100); err != nil || len(got) != 0 {
 		t.Fatalf("deleted chunk read %q, %v", got, err)
 	}
@@ -404,7 +419,10 @@ func TestChunkOperationsOverTCP(t *testing.T) {
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("oversized read: %v", err)
 	}
-	err = c.Call(proto.OpChunkDelete, func(e *wire.Enc) { (&proto.ChunkDeleteReq{Target: tid}).Encode(e); e.U8(0) }, nil)
+	err = c.Call(proto.OpChunkDelete, func(e *wire.Enc) {
+		(&proto.ChunkDeleteReq{Routing: proto.Routing{Target: tid, Chain: tid}}).Encode(e)
+		e.U8(0)
+	}, nil)
 	if !errors.Is(err, syscall.EBADMSG) {
 		t.Fatalf("trailing bytes: %v", err)
 	}
@@ -434,7 +452,7 @@ func TestDiskFullReachesTheClientAsENOSPC(t *testing.T) {
 	waitRegistered(t, ts.svc)
 	tid := ts.svc.Targets()[0].ID()
 	ffs.Inject(Fault{Ops: OpWrite, Match: isData, Err: syscall.ENOSPC})
-	err := ts.client.Call(proto.OpChunkWrite, (&proto.ChunkWriteReq{Chunk: proto.ChunkRef{Target: tid, Ino: 1}, Data: []byte("x")}).Encode, nil)
+	err := ts.client.Call(proto.OpChunkWrite, (&proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 1}, Data: []byte("x")}).Encode, nil)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write on a full disk: %v", err)
 	}

@@ -1,0 +1,223 @@
+package meta
+
+import (
+	"cmp"
+	"slices"
+	"syscall"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// Replicated chains are formed by the state machine when targets register,
+// and change state only through commands in the Raft log (failServer,
+// rejoinServer, resyncDone), so that every replica agrees on them and a
+// deposed leader cannot change them.
+
+// replicatedChainBase is the first ID of a replicated chain. Chains of one
+// target share their target's ID, so the ranges must not meet.
+const replicatedChainBase = 1 << 20
+
+// formChains groups targets not yet in a chain of r members into new
+// chains of r targets on r different servers, for r = 2 and 3. Each target
+// joins at most one chain of each size. Members are taken from the servers
+// with the most unchained targets first, so that a cluster of equal
+// servers pairs up completely; the member order rotates from chain to
+// chain so that heads (which serve reads) spread over the servers.
+func (t *tx) formChains() error {
+	targets, err := loadTargets(t.b)
+	if err != nil {
+		return err
+	}
+	chains, err := loadChains(t.b)
+	if err != nil {
+		return err
+	}
+	for r := 2; r <= 3; r++ {
+		if err := t.formChainsOf(r, targets, chains); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) formChainsOf(r int, targets []proto.Target, chains []proto.Chain) error {
+	chained := map[uint32]bool{}
+	made := 0
+	for _, c := range chains {
+		if len(c.Targets) == r {
+			made++
+			for _, id := range c.Targets {
+				chained[id] = true
+			}
+		}
+	}
+	free := map[uint32][]uint32{} // server -> unchained targets, by ID
+	for _, tg := range targets {
+		if !chained[tg.ID] {
+			free[tg.Server] = append(free[tg.Server], tg.ID)
+		}
+	}
+	for {
+		servers := serversByFreeTargets(free)
+		if len(servers) < r {
+			return nil
+		}
+		members := make([]uint32, r)
+		for i, srv := range servers[:r] {
+			members[i] = free[srv][0]
+			free[srv] = free[srv][1:]
+		}
+		rot := made % r
+		members = append(members[rot:], members[:rot]...)
+		id, err := t.counter(keyNextChain)
+		if err != nil {
+			return err
+		}
+		c := proto.Chain{ID: replicatedChainBase + id, Version: 1, Targets: members,
+			States: make([]uint8, r), SinceMs: make([]int64, r)}
+		t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
+		made++
+	}
+}
+
+// serversByFreeTargets lists the servers that have unchained targets, most
+// first, ties by server ID.
+func serversByFreeTargets(free map[uint32][]uint32) []uint32 {
+	var out []uint32
+	for srv, ts := range free {
+		if len(ts) > 0 {
+			out = append(out, srv)
+		}
+	}
+	slices.SortFunc(out, func(a, b uint32) int {
+		if c := cmp.Compare(len(free[b]), len(free[a])); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return out
+}
+
+// targetsOfServer are the IDs of server id's targets.
+func (t *tx) targetsOfServer(id uint32) (map[uint32]bool, error) {
+	targets, err := loadTargets(t.b)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint32]bool{}
+	for _, tg := range targets {
+		if tg.Server == id {
+			out[tg.ID] = true
+		}
+	}
+	return out, nil
+}
+
+// updateChains applies change to every replicated chain with a member on
+// server id, saving (with a new version) the chains it reports changed.
+func (t *tx) updateChains(id uint32, change func(c *proto.Chain, member int) bool) error {
+	mine, err := t.targetsOfServer(id)
+	if err != nil {
+		return err
+	}
+	chains, err := loadChains(t.b)
+	if err != nil {
+		return err
+	}
+	changed := false
+	for i := range chains {
+		c := &chains[i]
+		if len(c.Targets) < 2 {
+			continue
+		}
+		dirty := false
+		for m, tid := range c.Targets {
+			if mine[tid] && change(c, m) {
+				dirty = true
+			}
+		}
+		if dirty {
+			c.Version++
+			t.b.Set(u32Key(prefixChain, c.ID), marshalChain(c), nil)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return t.bumpMapVersion()
+}
+
+// failServer takes the targets of a silent server out of their chains:
+// they stop taking writes, and the next serving member becomes head. The
+// last serving member of a chain stays serving: its chain then waits for
+// it (a double failure), since no other copy is complete.
+func (t *tx) failServer(id uint32) error {
+	nowMs := t.now / 1e6
+	return t.updateChains(id, func(c *proto.Chain, m int) bool {
+		switch c.States[m] {
+		case proto.MemberServing:
+			if servingMembers(c) == 1 {
+				return false
+			}
+			c.SinceMs[m] = nowMs
+		case proto.MemberSyncing:
+			// Still out of date since it first failed.
+		default:
+			return false
+		}
+		c.States[m] = proto.MemberOffline
+		return true
+	})
+}
+
+// rejoinServer starts the resync of a returned server's offline members:
+// they take new writes at once, and the head copies what they missed.
+func (t *tx) rejoinServer(id uint32) error {
+	return t.updateChains(id, func(c *proto.Chain, m int) bool {
+		if c.States[m] != proto.MemberOffline {
+			return false
+		}
+		c.States[m] = proto.MemberSyncing
+		return true
+	})
+}
+
+// resyncDone makes a syncing member serving, if the chain has not changed
+// since the head started to copy it.
+func (t *tx) resyncDone(r *proto.ResyncDoneReq) error {
+	v, ok, err := get(t.b, u32Key(prefixChain, r.Chain))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return rpc.Errorf(syscall.ENOENT, "chain %d does not exist", r.Chain)
+	}
+	c, err := unmarshalChain(v)
+	if err != nil {
+		return err
+	}
+	if c.Version != r.Version {
+		return rpc.Errorf(syscall.ESTALE, "chain %d is at version %d, the resync was for version %d", r.Chain, c.Version, r.Version)
+	}
+	m := slices.Index(c.Targets, r.Target)
+	if m < 0 || c.States[m] != proto.MemberSyncing {
+		return rpc.Errorf(syscall.EINVAL, "target %d is not a syncing member of chain %d", r.Target, r.Chain)
+	}
+	c.States[m] = proto.MemberServing
+	c.SinceMs[m] = 0
+	c.Version++
+	t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
+	return t.bumpMapVersion()
+}
+
+func servingMembers(c *proto.Chain) int {
+	n := 0
+	for _, s := range c.States {
+		if s == proto.MemberServing {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"errors"
+	"hash/maphash"
+	"sync"
+	"syscall"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// Chain replication, head side. A change (write, truncate, delete, sync)
+// reaches the head of its chain, which applies it and forwards it to every
+// other member that takes writes, in parallel, and answers only when all of
+// them have it: an acknowledged write is on every live replica. Changes to
+// one chunk are ordered by the head's chunk lock, so all members apply
+// them in the same order.
+
+// forwardFunc sends a change to one follower, addressed by to.
+type forwardFunc func(peer *rpc.Client, to proto.Routing) error
+
+// onChain applies a change admitted for chain c: locally only on a chain
+// of one or on a follower, and on the head under lock() and forwarded.
+func (s *Service) onChain(rt *proto.Routing, c proto.Chain, lock func() func(), local func() error, fwd forwardFunc) error {
+	if len(c.Targets) == 1 || rt.Forwarded {
+		return local()
+	}
+	unlock := lock()
+	defer unlock()
+	// Check the version again under the lock: a resync that starts after
+	// a map change takes the same lock, so every change it does not see
+	// was admitted under the new map and is forwarded to the new member.
+	v := s.cs.view.Load()
+	cur, ok := v.chains[c.ID]
+	if !ok || cur.Version != rt.Version {
+		return rpc.Errorf(syscall.ESTALE, "chain %d changed while the request waited", c.ID)
+	}
+	followers := cur.Followers()
+	errs := make([]error, len(followers))
+	var wg sync.WaitGroup
+	for i, f := range followers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.forward(v, cur, f, fwd)
+		}()
+	}
+	lerr := local()
+	wg.Wait()
+	if lerr != nil {
+		return lerr
+	}
+	return errors.Join(errs...)
+}
+
+// forward sends a change to follower f and classifies its failure: the
+// caller retries (EAGAIN) until the follower answers or the metadata
+// leader takes it out of the chain; a follower with a newer map makes the
+// caller reload the map (ESTALE); errors about the request itself (a full
+// disk) are the caller's.
+func (s *Service) forward(v *chainView, c proto.Chain, f uint32, fwd forwardFunc) error {
+	addr := v.addrs[f]
+	if addr == "" {
+		return rpc.Errorf(syscall.EAGAIN, "chain %d: no address for member target %d", c.ID, f)
+	}
+	err := fwd(s.peer(addr), proto.Routing{Target: f, Chain: c.ID, Version: c.Version, Forwarded: true})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ESTALE):
+		go s.refreshView(v.version + 1)
+		return err
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EBADMSG):
+		return err
+	}
+	return rpc.Errorf(syscall.EAGAIN, "chain %d: member target %d on %s did not take the change: %v", c.ID, f, addr, err)
+}
+
+var lockSeed = maphash.MakeSeed()
+
+func lockHash(chain uint32, ino, idx uint64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(lockSeed)
+	var b [20]byte
+	for i := range 8 {
+		b[i] = byte(ino >> (8 * i))
+		b[8+i] = byte(idx >> (8 * i))
+	}
+	for i := range 4 {
+		b[16+i] = byte(chain >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// lockChunk orders changes to one chunk on the head.
+func (s *Service) lockChunk(chain uint32, ino, idx uint64) func() {
+	il := &s.cs.inoLocks[lockHash(chain, ino, 0)%uint64(len(s.cs.inoLocks))]
+	cl := &s.cs.chunkLocks[lockHash(chain, ino, idx)%uint64(len(s.cs.chunkLocks))]
+	il.RLock()
+	cl.Lock()
+	return func() {
+		cl.Unlock()
+		il.RUnlock()
+	}
+}
+
+// lockIno orders a deletion of chunks of ino against every change to them.
+func (s *Service) lockIno(chain uint32, ino uint64) func() {
+	il := &s.cs.inoLocks[lockHash(chain, ino, 0)%uint64(len(s.cs.inoLocks))]
+	il.Lock()
+	return il.Unlock
+}
+
+func noLock() func() { return func() {} }

@@ -1,0 +1,337 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Resync, run by the head of a chain for each syncing member. The member
+// already takes every new change (it is a follower); the head walks both
+// copies bucket by bucket and copies each chunk the member lacks, holds at
+// another size, or that changed on the head since the member fell out of
+// date (with a margin for changes in flight when it failed and for clock
+// differences), and deletes chunks the head no longer has. Each chunk is
+// copied under the head's chunk lock, so no change to it can slip between
+// the copy and the forwarded changes. When the walk completes the head
+// reports to the metadata leader, which makes the member serving if the
+// chain has not changed meanwhile.
+
+// resyncMargin widens the window of chunks a resync copies: changes in
+// flight when the member failed, and clocks that differ between the
+// metadata leader (which timed the failure) and this server.
+const resyncMargin = time.Minute
+
+// resyncPiece is the size of the pieces a chunk is copied in.
+const resyncPiece = 1 << 20
+
+type resyncJob struct {
+	mu       sync.Mutex
+	progress proto.ResyncProgress
+}
+
+// resyncs tracks the resyncs this server runs as a head.
+type resyncs struct {
+	mu      sync.Mutex
+	running map[[2]uint32]*resyncJob // by {chain, member}
+	// done is the chain version of each resync completed: the map shows
+	// the member syncing until the leader's change arrives, and that
+	// must not start the same resync again.
+	done map[[2]uint32]uint32
+}
+
+func (r *resyncs) progress() []proto.ResyncProgress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []proto.ResyncProgress
+	for _, j := range r.running {
+		j.mu.Lock()
+		out = append(out, j.progress)
+		j.mu.Unlock()
+	}
+	return out
+}
+
+// resyncLoop starts a resync for every syncing member of a chain this
+// server heads.
+func (s *Service) resyncLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		v := s.cs.view.Load()
+		if v == nil || time.Now().After(s.cs.leaseUntil.Load()) {
+			continue
+		}
+		for _, c := range v.chains {
+			s.startResyncs(c)
+		}
+	}
+}
+
+func (s *Service) startResyncs(c proto.Chain) {
+	head, ok := c.Head()
+	if len(c.Targets) < 2 || !ok {
+		return
+	}
+	tg, err := s.target(head)
+	if err != nil {
+		return // another server heads it
+	}
+	for i, m := range c.Targets {
+		if c.States[i] != proto.MemberSyncing {
+			continue
+		}
+		key := [2]uint32{c.ID, m}
+		s.resyncs.mu.Lock()
+		_, busy := s.resyncs.running[key]
+		busy = busy || s.resyncs.done[key] == c.Version
+		job := &resyncJob{progress: proto.ResyncProgress{Chain: c.ID, Target: m, StartedMs: time.Now().UnixMilli()}}
+		if !busy {
+			s.resyncs.running[key] = job
+		}
+		s.resyncs.mu.Unlock()
+		if busy {
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.resyncs.mu.Lock()
+				delete(s.resyncs.running, key)
+				s.resyncs.mu.Unlock()
+			}()
+			start := time.Now()
+			if err := s.resync(tg, c, i, job); err != nil {
+				s.logf("storage: resync of target %d in chain %d stopped: %v", m, c.ID, err)
+				return
+			}
+			s.resyncs.mu.Lock()
+			s.resyncs.done[key] = c.Version
+			s.resyncs.mu.Unlock()
+			p := job.snapshot()
+			s.logf("storage: resync of target %d in chain %d done in %v: %d chunks examined, %d copied (%d bytes)",
+				m, c.ID, time.Since(start).Round(time.Millisecond), p.Chunks, p.Copied, p.Bytes)
+		}()
+	}
+}
+
+func (j *resyncJob) snapshot() proto.ResyncProgress {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.progress
+}
+
+func (j *resyncJob) update(fn func(p *proto.ResyncProgress)) {
+	j.mu.Lock()
+	fn(&j.progress)
+	j.mu.Unlock()
+}
+
+// resyncRun is one resync: chain c as of its version, member index mi.
+type resyncRun struct {
+	s     *Service
+	c     proto.Chain
+	store *Target
+	peer  *rpc.Client
+	to    proto.Routing
+	since int64 // unix ms: chunks changed after it are copied
+	job   *resyncJob
+}
+
+func (s *Service) resync(head *Target, c proto.Chain, mi int, job *resyncJob) error {
+	store, err := s.chainStore(head, c.ID)
+	if err != nil {
+		return err
+	}
+	member := c.Targets[mi]
+	addr := s.cs.view.Load().addrs[member]
+	if addr == "" {
+		return fmt.Errorf("no address for target %d", member)
+	}
+	r := &resyncRun{
+		s: s, c: c, store: store, peer: s.peer(addr), job: job,
+		to:    proto.Routing{Target: member, Chain: c.ID, Version: c.Version, Forwarded: true},
+		since: c.SinceMs[mi] - resyncMargin.Milliseconds(),
+	}
+	if c.SinceMs[mi] == 0 {
+		r.since = math.MinInt64 // unknown: copy everything
+	}
+	for b := range Buckets {
+		if err := r.bucket(uint8(b)); err != nil {
+			return fmt.Errorf("bucket %d: %w", b, err)
+		}
+		job.update(func(p *proto.ResyncProgress) { p.Buckets = uint32(b + 1) })
+	}
+	done := proto.ResyncDoneReq{Chain: c.ID, Target: member, Version: c.Version}
+	if _, err := s.callMeta(proto.OpResyncDone, done.Encode, nil); err != nil {
+		return fmt.Errorf("reporting completion: %w", explainErr(err))
+	}
+	return nil
+}
+
+func explainErr(err error) error { return errors.New(explainMetaErr(err)) }
+
+// current fails once the chain moved on from the version being resynced
+// or the service stops.
+func (r *resyncRun) current() error {
+	select {
+	case <-r.s.stop:
+		return errors.New("storage server stopping")
+	default:
+	}
+	if c, ok := r.s.cs.view.Load().chains[r.c.ID]; !ok || c.Version != r.c.Version {
+		return fmt.Errorf("chain %d changed (version %d)", r.c.ID, c.Version)
+	}
+	return nil
+}
+
+// bucket resyncs the chunks of one bucket.
+func (r *resyncRun) bucket(b uint8) error {
+	if err := r.current(); err != nil {
+		return err
+	}
+	mine, _, err := r.store.ListBucket(b, true, 0, 0, math.MaxInt)
+	if err != nil {
+		return err
+	}
+	theirs, err := r.memberList(b)
+	if err != nil {
+		return err
+	}
+	copied := map[uint64][]uint64{}
+	i, j := 0, 0
+	for i < len(mine) || j < len(theirs) {
+		var k chunkKey
+		switch {
+		case j == len(theirs) || (i < len(mine) && less(mine[i], theirs[j])):
+			k = chunkKey{mine[i].Ino, mine[i].Index}
+			i++
+		case i == len(mine) || less(theirs[j], mine[i]):
+			k = chunkKey{theirs[j].Ino, theirs[j].Index}
+			j++
+		default: // on both
+			same := mine[i].Size == theirs[j].Size && mine[i].MtimeMs < r.since
+			k = chunkKey{mine[i].Ino, mine[i].Index}
+			i, j = i+1, j+1
+			if same {
+				r.job.update(func(p *proto.ResyncProgress) { p.Chunks++ })
+				continue
+			}
+		}
+		n, err := r.copyChunk(k)
+		if err != nil {
+			return err
+		}
+		copied[k.ino] = append(copied[k.ino], k.idx)
+		r.job.update(func(p *proto.ResyncProgress) {
+			p.Chunks++
+			p.Copied++
+			p.Bytes += uint64(n)
+		})
+	}
+	return r.syncMember(copied)
+}
+
+func less(a, b proto.ChunkStat) bool {
+	return a.Ino < b.Ino || (a.Ino == b.Ino && a.Index < b.Index)
+}
+
+// memberList lists the member's chunks in bucket b.
+func (r *resyncRun) memberList(b uint8) ([]proto.ChunkStat, error) {
+	var out []proto.ChunkStat
+	req := proto.ChunkListReq{Routing: r.to, Bucket: b, Start: true, Limit: 4096}
+	for {
+		var rep proto.ChunkListReply
+		if err := r.peer.Call(proto.OpChunkList, req.Encode, func(d *wire.Dec) error { rep.Decode(d); return d.Err() }); err != nil {
+			return nil, fmt.Errorf("listing target %d: %w", r.to.Target, err)
+		}
+		out = append(out, rep.Chunks...)
+		if !rep.More || len(rep.Chunks) == 0 {
+			return out, nil
+		}
+		last := rep.Chunks[len(rep.Chunks)-1]
+		req.Start, req.AfterIno, req.AfterIndex = false, last.Ino, last.Index
+	}
+}
+
+// copyChunk makes the member's copy of chunk k equal to the head's (or
+// deletes it if the head has none), under the head's chunk lock, and
+// returns the bytes sent.
+func (r *resyncRun) copyChunk(k chunkKey) (int, error) {
+	unlock := r.s.lockChunk(r.c.ID, k.ino, k.idx)
+	defer unlock()
+	if err := r.current(); err != nil {
+		return 0, err
+	}
+	st, ok, err := r.store.StatChunk(k.ino, k.idx)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		del := proto.ChunkDeleteReq{Routing: r.to, Ino: k.ino, From: k.idx, To: k.idx + 1}
+		return 0, r.peer.Call(proto.OpChunkDelete, del.Encode, nil)
+	}
+	ref := proto.ChunkRef{Routing: r.to, Ino: k.ino, Index: k.idx}
+	if err := r.peer.Call(proto.OpChunkTruncate, (&proto.ChunkTruncateReq{Chunk: ref}).Encode, nil); err != nil {
+		return 0, err
+	}
+	bp := getBuf(resyncPiece)
+	defer putBuf(bp)
+	sent := 0
+	for off := int64(0); off < int64(st.Size); off += resyncPiece {
+		n, err := r.store.Read(k.ino, k.idx, (*bp)[:resyncPiece], off)
+		if err != nil {
+			return sent, err
+		}
+		piece := (*bp)[:n]
+		if allZero(piece) {
+			continue // a hole stays a hole
+		}
+		w := proto.ChunkWriteReq{Chunk: ref, Off: uint32(off), Data: piece}
+		if err := r.peer.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
+			return sent, err
+		}
+		sent += n
+	}
+	tr := proto.ChunkTruncateReq{Chunk: ref, Size: uint32(st.Size)}
+	return sent, r.peer.Call(proto.OpChunkTruncate, tr.Encode, nil)
+}
+
+// syncMember makes the copied chunks durable on the member.
+func (r *resyncRun) syncMember(copied map[uint64][]uint64) error {
+	for ino, idxs := range copied {
+		req := proto.ChunkSyncReq{Routing: r.to, Ino: ino, Indexes: idxs}
+		if err := r.peer.Call(proto.OpChunkSync, req.Encode, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}

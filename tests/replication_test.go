@@ -1,0 +1,180 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"tandemfs/internal/testcluster"
+)
+
+// chainStates returns, per replicated chain, the states of its members as
+// `tandem status --json` reports them.
+func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
+	t.Helper()
+	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		Chains []struct {
+			ID      uint32   `json:"id"`
+			Targets []uint32 `json:"targets"`
+			States  []string `json:"states"`
+		} `json:"chains"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v: %s", err, out)
+	}
+	m := map[uint32][]string{}
+	for _, ch := range st.Chains {
+		if len(ch.Targets) > 1 {
+			m[ch.ID] = ch.States
+		}
+	}
+	return m
+}
+
+// waitAllServing waits until every member of every replicated chain serves
+// (a returned server has been resynced).
+func waitAllServing(t *testing.T, c *testcluster.Cluster, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for {
+		states := chainStates(t, c)
+		all := len(states) > 0
+		for _, ss := range states {
+			for _, s := range ss {
+				all = all && s == "serving"
+			}
+		}
+		if all {
+			return time.Since(t0)
+		}
+		if time.Since(t0) > within {
+			t.Fatalf("chains not all serving after %v: %v", within, states)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// stallWriter appends 1 MiB pieces of known data to a file until stopped,
+// and records the longest single write.
+type stallWriter struct {
+	f       *os.File
+	data    bytes.Buffer
+	longest time.Duration
+	err     error
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	pieces  chan int
+}
+
+func startWriter(t *testing.T, path string) *stallWriter {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &stallWriter{f: f, stop: make(chan struct{}), pieces: make(chan int, 1000)}
+	rng := rand.New(rand.NewSource(1))
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		piece := make([]byte, 1<<20)
+		for n := 1; ; n++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			rng.Read(piece)
+			t0 := time.Now()
+			if _, err := f.Write(piece); err != nil {
+				w.err = err
+				return
+			}
+			if n%4 == 0 {
+				if err := f.Sync(); err != nil {
+					w.err = err
+					return
+				}
+			}
+			w.longest = max(w.longest, time.Since(t0))
+			w.data.Write(piece)
+			w.pieces <- n
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// waitPieces waits until the writer has written n more pieces.
+func (w *stallWriter) waitPieces(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-w.pieces:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("writer stuck (error %v)", w.err)
+		}
+	}
+}
+
+func (w *stallWriter) finish(t *testing.T) []byte {
+	t.Helper()
+	close(w.stop)
+	w.wg.Wait()
+	if w.err != nil {
+		t.Fatalf("writer failed: %v", w.err)
+	}
+	if err := w.f.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	return w.data.Bytes()
+}
+
+// TestReplicatedDataSurvivesTheCrashOfEitherServer: files get two copies
+// on different servers by default. A writer keeps writing through the
+// kill -9 of a storage server, stalling for no more than the failover; the
+// restarted server is resynced while the file system stays mounted; and
+// then the other server can crash: the resynced copies serve every byte.
+func TestReplicatedDataSurvivesTheCrashOfEitherServer(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "stream")
+
+	w := startWriter(t, path)
+	w.waitPieces(t, 8)
+	if l := getLayout(t, path); l.Replicas != 2 {
+		t.Fatalf("a new file in a 2-server cluster has %d replicas, want 2", l.Replicas)
+	}
+	c.KillProcess("storage2")
+	killed := time.Now()
+	w.waitPieces(t, 8)
+	t.Logf("storage2 killed; writes went on after %v; longest write %v", time.Since(killed), w.longest)
+	want := w.finish(t)
+	if w.longest > 10*time.Second {
+		t.Errorf("a write stalled %v across the failover (goal: 5 s)", w.longest)
+	}
+	if got := mustRead(t, path); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes after the failover, differing from the %d written", len(got), len(want))
+	}
+
+	c.Up() // restarts storage2, which resyncs
+	t.Logf("storage2 resynced %v after its restart", waitAllServing(t, c, 90*time.Second))
+
+	c.KillProcess("storage1")
+	t0 := time.Now()
+	got := mustRead(t, path)
+	t.Logf("storage1 killed; read back after %v", time.Since(t0))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the resynced copies hold different data (%d bytes read, %d written)", len(got), len(want))
+	}
+	c.Up()
+	waitAllServing(t, c, 90*time.Second)
+}
