@@ -20,6 +20,7 @@ import (
 func init() {
 	var (
 		listen, advertise, meta, secretFile, state string
+		metaPrivate                                string
 		targets                                    []string
 		heartbeat                                  time.Duration
 	)
@@ -44,12 +45,7 @@ it was registered with before.`,
 			if len(missing) > 0 {
 				return &exitError{2, fmt.Errorf("storage: missing %s", strings.Join(missing, ", "))}
 			}
-			var metas []string
-			for _, a := range strings.Split(meta, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					metas = append(metas, a)
-				}
-			}
+			metas, private := splitAddrs(meta), splitAddrs(metaPrivate)
 			if len(metas) == 0 {
 				return &exitError{2, errors.New("storage: --meta names no address")}
 			}
@@ -67,6 +63,7 @@ it was registered with before.`,
 				Listen:            listen,
 				AdvertiseAddr:     advertise,
 				MetaAddrs:         metas,
+				PrivateMetaAddrs:  private,
 				Secret:            secret,
 				TargetDirs:        targets,
 				StateDir:          state,
@@ -90,9 +87,21 @@ it was registered with before.`,
 	f.StringVar(&secretFile, "secret-file", "", "file holding the cluster secret (mode 0600)")
 	f.StringArrayVar(&targets, "target", nil, "target directory (repeat for several)")
 	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
-	f.DurationVar(&heartbeat, "heartbeat", 2*time.Second, "interval between heartbeats to the metadata service")
+	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
+	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
+}
+
+// splitAddrs splits a comma-separated address list, dropping blanks.
+func splitAddrs(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // checkTargetDir fails early, naming the directory, if a target cannot be

@@ -175,7 +175,14 @@ func (s *Service) heartbeat(net uint8, metas []*rpc.Client) error {
 		return err
 	}
 	if net == proto.NetPublic && rep.LeaseMs > 0 {
-		s.cs.leaseUntil.Store(sent.Add(time.Duration(rep.LeaseMs) * time.Millisecond))
+		lease := time.Duration(rep.LeaseMs) * time.Millisecond
+		s.cs.leaseUntil.Store(sent.Add(lease))
+		if s.cfg.HeartbeatInterval > lease/3 {
+			s.leaseWarn.Do(func() {
+				s.logf("storage: WARNING: heartbeat interval %v is too long for a lease of %v: replicated chains will pause between heartbeats; use at most %v",
+					s.cfg.HeartbeatInterval, lease, lease/3)
+			})
+		}
 	}
 	if v := s.cs.view.Load(); v == nil || rep.MapVersion > v.version {
 		if err := s.refreshView(rep.MapVersion); err != nil {

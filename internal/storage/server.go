@@ -70,6 +70,7 @@ type Service struct {
 
 	cs        chainState
 	resyncs   resyncs
+	leaseWarn sync.Once
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	regOnce   sync.Once
