@@ -89,7 +89,7 @@ func init() {
 	f.DurationVar(&syncEvery, "sync-every", 100*time.Millisecond,
 		"fsync the metadata log this often (changes survive a process crash at once, a power failure after this delay or an application's fsync); 0 fsyncs every change")
 	f.StringVar(&fenceFile, "fence-config", "", "JSON file naming the fence agents to run against a failed storage server (see docs/ha.md)")
-	f.DurationVar(&failureTimeout, "failure-timeout", 4*time.Second, "a storage server silent this long on the public network is failed over")
+	f.DurationVar(&failureTimeout, "failure-timeout", 3*time.Second, "a storage server silent this long on the public network is failed over")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

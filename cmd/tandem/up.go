@@ -60,7 +60,7 @@ running and brings back every file.`,
 	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
 	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
-	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 4s)")
+	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
 	rootCmd.AddCommand(up)
 
 	var dir string

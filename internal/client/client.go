@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/epoch"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -50,6 +51,12 @@ type Client struct {
 
 	storageMu sync.Mutex
 	storage   map[string]*rpc.Client
+
+	// epochs end storage calls routed by a chain version that is over;
+	// slowCalls counts calls waiting over a second, which makes the
+	// background loop reload the map often (a server may have hung).
+	epochs    epoch.Set
+	slowCalls atomic.Int32
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
@@ -127,8 +134,10 @@ func (c *Client) background() {
 	defer c.wg.Done()
 	keep := time.NewTicker(10 * time.Second)
 	refresh := time.NewTicker(5 * time.Second)
+	watch := time.NewTicker(250 * time.Millisecond)
 	defer keep.Stop()
 	defer refresh.Stop()
+	defer watch.Stop()
 	for {
 		select {
 		case <-c.stop:
@@ -137,6 +146,12 @@ func (c *Client) background() {
 			c.keepalive()
 		case <-refresh.C:
 			c.refreshMap()
+		case <-watch.C:
+			// Storage calls are stuck: learn of a failover as soon as
+			// the metadata leader commits it.
+			if c.slowCalls.Load() > 0 {
+				c.refreshMap()
+			}
 		}
 	}
 }
@@ -191,6 +206,7 @@ func (c *Client) refreshMap() error {
 	c.mapMu.Lock()
 	c.cmap, c.chains, c.targets, c.servers = &m, chains, targets, servers
 	c.mapMu.Unlock()
+	c.epochs.Update(m.Chains)
 	return nil
 }
 

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"syscall"
+	"time"
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -62,14 +64,18 @@ func (c *Client) checkLayout(in *proto.Inode) error {
 
 // storageCall sends one chunk request to the head of a chain, retrying
 // (with a fresh cluster map) while the target is unreachable.
-func (c *Client) storageCall(chain uint32, call func(rt proto.Routing, s *rpc.Client) error) error {
+func (c *Client) storageCall(chain uint32, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
 	return c.retry("storage", func() error {
 		rt, s, err := c.route(chain)
 		if err != nil {
 			c.refreshMap()
 			return &rpc.NetError{Addr: "chain", Err: err}
 		}
-		err = call(rt, s)
+		slow := time.AfterFunc(time.Second, func() { c.slowCalls.Add(1) })
+		err = call(c.epochs.Context(rt.Chain, rt.Version), rt, s)
+		if !slow.Stop() {
+			c.slowCalls.Add(-1)
+		}
 		if rpc.IsNetError(err) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EAGAIN) {
 			// The chain changed (failover, resync) or is changing:
 			// route by a fresh map.
@@ -84,12 +90,12 @@ func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool
 		return err
 	}
 	return parallel(splitRange(in, off, uint64(len(data))), func(p piece) error {
-		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkWriteReq{
 				Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index},
 				Off:   p.off, Data: data[p.pos : p.pos+uint64(p.n)], Sync: sync,
 			}
-			return s.CallData(proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
+			return s.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
 		})
 	})
 }
@@ -102,9 +108,9 @@ func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
 	}
 	return parallel(splitRange(in, off, uint64(len(buf))), func(p piece) error {
 		dst := buf[p.pos : p.pos+uint64(p.n)]
-		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
-			got, err := s.CallRead(proto.OpChunkRead, r.Encode, dst)
+			got, err := s.CallReadContext(ctx, proto.OpChunkRead, r.Encode, dst)
 			if err == nil {
 				clear(dst[got:]) // past the chunk's end: a hole
 			}
@@ -125,9 +131,9 @@ func (c *Client) syncChunks(ino uint64, written map[chunkKey]struct{}) error {
 		ps = append(ps, piece{chain: chain})
 	}
 	return parallel(ps, func(p piece) error {
-		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkSyncReq{Routing: rt, Ino: ino, Indexes: byChain[p.chain]}
-			return s.Call(proto.OpChunkSync, r.Encode, nil)
+			return s.CallContext(ctx, proto.OpChunkSync, r.Encode, nil)
 		})
 	})
 }
@@ -141,9 +147,9 @@ func (c *Client) trimChunks(in *proto.Inode, size uint64) error {
 		ps = append(ps, piece{chain: ch})
 	}
 	err := parallel(ps, func(p piece) error {
-		return c.storageCall(p.chain, func(rt proto.Routing, s *rpc.Client) error {
+		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkDeleteReq{Routing: rt, Ino: in.Ino, From: from}
-			return s.Call(proto.OpChunkDelete, r.Encode, nil)
+			return s.CallContext(ctx, proto.OpChunkDelete, r.Encode, nil)
 		})
 	})
 	if err != nil || size%cs == 0 {
@@ -151,9 +157,9 @@ func (c *Client) trimChunks(in *proto.Inode, size uint64) error {
 	}
 	last := size / cs
 	chain := in.Chains[last%uint64(len(in.Chains))]
-	return c.storageCall(chain, func(rt proto.Routing, s *rpc.Client) error {
+	return c.storageCall(chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 		r := proto.ChunkTruncateReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: last}, Size: uint32(size % cs)}
-		return s.Call(proto.OpChunkTruncate, r.Encode, nil)
+		return s.CallContext(ctx, proto.OpChunkTruncate, r.Encode, nil)
 	})
 }
 

@@ -88,6 +88,18 @@ func KillProcess(dir, name string) error {
 	return nil
 }
 
+// SignalProcess sends sig to one process of the cluster, e.g. SIGSTOP and
+// SIGCONT to make a server hang and wake up.
+func SignalProcess(dir, name string, sig syscall.Signal) error {
+	if !running(dir, name) {
+		return fmt.Errorf("%s is not running", name)
+	}
+	return syscall.Kill(readPid(dir, name), sig)
+}
+
+// PidFile is the file holding the PID of one process of the cluster.
+func PidFile(dir, name string) string { return pidFile(dir, name) }
+
 // Kill sends SIGKILL to every recorded process at once, as a crash would
 // (for tests of durability).
 func Kill(dir string) error {

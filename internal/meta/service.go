@@ -46,7 +46,9 @@ type Config struct {
 
 	// FailureTimeout is how long a storage server may stay silent on the
 	// public network before the leader fails over its chains (default
-	// 4 s, so that detection and failover together stay within 5 s).
+	// 3 s: a heartbeat may have gone 0.5 s before the failure, and the
+	// commit and the clients' retry take a few hundred ms more, so detection
+	// and failover together stay within 5 s).
 	// Storage servers stop serving replicated chains after half of it
 	// without an acknowledged heartbeat.
 	FailureTimeout time.Duration
@@ -118,7 +120,7 @@ func Start(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("inline limit %d exceeds %d", cfg.InlineLimit, proto.MaxInline)
 	}
 	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4})
-	cfg.FailureTimeout = orDuration(cfg.FailureTimeout, 4*time.Second)
+	cfg.FailureTimeout = orDuration(cfg.FailureTimeout, 3*time.Second)
 	cfg.DeadAfter = orDuration(cfg.DeadAfter, cfg.FailureTimeout)
 	if cfg.SyncEvery == 0 {
 		cfg.SyncEvery = 100 * time.Millisecond

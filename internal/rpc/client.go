@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,6 +40,8 @@ type conn struct {
 	net.Conn
 	r   *bufio.Reader // replies usually arrive in one read
 	buf []byte
+	// unwatch ends the watch of the current call's context (see watch).
+	unwatch func() bool
 }
 
 // NewClient returns a client for addr.
@@ -118,18 +121,59 @@ func (c *Client) Call(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error)
 	return c.CallData(op, enc, nil, dec)
 }
 
+// CallContext is Call that gives up when ctx ends: the connection's
+// deadline is cut short, so the call returns at once (with a *NetError
+// wrapping ctx's error) and no longer touches its buffers.
+func (c *Client) CallContext(ctx context.Context, op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
+	return c.CallDataContext(ctx, op, enc, nil, dec)
+}
+
+// CallDataContext is CallData that gives up when ctx ends, like
+// CallContext.
+func (c *Client) CallDataContext(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
+	return c.callData(ctx, op, enc, data, dec)
+}
+
+// CallReadContext is CallRead that gives up when ctx ends, like
+// CallContext.
+func (c *Client) CallReadContext(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
+	return c.callRead(ctx, op, enc, dst)
+}
+
+// watch cuts cn's deadline short when ctx ends; the returned function
+// stops watching and reports whether ctx ended the call.
+func watch(ctx context.Context, cn *conn) func() bool {
+	if ctx == nil || ctx.Done() == nil {
+		return func() bool { return false }
+	}
+	stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Now()) })
+	return func() bool { return !stop() }
+}
+
+// ctxErr wraps a transport error caused by ctx ending.
+func (c *Client) ctxErr(ctx context.Context, err error) error {
+	return &NetError{c.Addr, fmt.Errorf("%w (%v)", context.Cause(ctx), err)}
+}
+
 // CallData is Call with a request whose payload ends with data: enc writes
 // everything before it, and data goes to the kernel straight from the
 // caller's buffer (writev), saving a copy of every byte written.
 func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
-	cn, err := c.send(op, enc, data)
+	return c.callData(nil, op, enc, data, dec)
+}
+
+func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
+	cn, err := c.send(ctx, op, enc, data)
 	if err != nil {
 		return err
 	}
 	in, err := readFrame(cn.r, cn.buf)
 	cn.buf = in
-	if err != nil {
+	if ended := cn.unwatch(); err != nil || ended {
 		cn.Close()
+		if ended {
+			return c.ctxErr(ctx, err)
+		}
 		return &NetError{c.Addr, err}
 	}
 	if len(in) < respHeader {
@@ -157,7 +201,10 @@ func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(
 
 // send takes a connection and writes one request on it: op, what enc
 // writes, then data. On error the connection is already dealt with.
-func (c *Client) send(op uint16, enc func(*wire.Enc), data []byte) (*conn, error) {
+func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte) (*conn, error) {
+	if ctx != nil && ctx.Err() != nil {
+		return nil, c.ctxErr(ctx, ctx.Err())
+	}
 	cn, err := c.get()
 	if err != nil {
 		return nil, err
@@ -167,12 +214,14 @@ func (c *Client) send(op uint16, enc func(*wire.Enc), data []byte) (*conn, error
 		ct = 60 * time.Second
 	}
 	cn.SetDeadline(time.Now().Add(ct))
+	cn.unwatch = watch(ctx, cn)
 	e := &wire.Enc{B: binary.LittleEndian.AppendUint16(frameStart(cn.buf), op)}
 	if enc != nil {
 		enc(e)
 	}
 	cn.buf = e.B
 	if err := frameEndWith(e.B, len(data)); err != nil {
+		cn.unwatch()
 		c.put(cn)
 		return nil, &Error{Errno: syscall.EINVAL, Msg: err.Error()}
 	}
@@ -183,7 +232,11 @@ func (c *Client) send(op uint16, enc func(*wire.Enc), data []byte) (*conn, error
 		_, err = bufs.WriteTo(cn.Conn)
 	}
 	if err != nil {
+		ended := cn.unwatch()
 		cn.Close()
+		if ended {
+			return nil, c.ctxErr(ctx, err)
+		}
 		return nil, &NetError{c.Addr, err}
 	}
 	return cn, nil
@@ -193,14 +246,23 @@ func (c *Client) send(op uint16, enc func(*wire.Enc), data []byte) (*conn, error
 // + bytes) and reads those bytes straight from the connection into dst,
 // without an intermediate copy. It returns how many bytes the reply held.
 func (c *Client) CallRead(op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
-	cn, err := c.send(op, enc, nil)
+	return c.callRead(nil, op, enc, dst)
+}
+
+func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
+	cn, err := c.send(ctx, op, enc, nil)
 	if err != nil {
 		return 0, err
 	}
 	n, err := c.readDataReply(cn, dst)
-	if re := (*Error)(nil); err == nil || errors.As(err, &re) {
+	ended := cn.unwatch()
+	switch re := (*Error)(nil); {
+	case ended:
+		cn.Close()
+		return 0, c.ctxErr(ctx, err)
+	case err == nil || errors.As(err, &re):
 		c.put(cn)
-	} else {
+	default:
 		cn.Close()
 	}
 	return n, err

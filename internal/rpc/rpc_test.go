@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -17,7 +18,8 @@ import (
 
 var secret = Secret("0123456789abcdef0123456789abcdef")
 
-// echoServer answers op 1 with its payload, op 2 with ENOENT, op 3 panics.
+// echoServer answers op 1 with its payload, op 2 with ENOENT, op 3 panics,
+// op 4 answers after 2 s.
 func echoServer(t *testing.T, s Secret) (*Server, string, *logBuf) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -38,6 +40,9 @@ func echoServer(t *testing.T, s Secret) (*Server, string, *logBuf) {
 			return Errorf(syscall.ENOENT, "no such thing")
 		case 3:
 			panic("boom")
+		case 4:
+			time.Sleep(2 * time.Second)
+			return nil
 		}
 		return Errorf(syscall.ENOSYS, "unknown op %d", op)
 	}}
@@ -84,6 +89,30 @@ func TestCallsRoundTripAndErrnosTravel(t *testing.T) {
 	}
 	if IsNetError(err) {
 		t.Fatal("an error reply is not a transport failure")
+	}
+}
+
+// A call whose context ends gives up at once, even while the server is
+// still working on it, and the client goes on working.
+func TestCallGivesUpWhenItsContextEnds(t *testing.T) {
+	_, addr, _ := echoServer(t, secret)
+	c := NewClient(addr, secret)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	t0 := time.Now()
+	err := c.CallContext(ctx, 4, nil, nil)
+	if took := time.Since(t0); took > time.Second {
+		t.Fatalf("the call returned %v after its context ended", took)
+	}
+	if !IsNetError(err) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want a transport error caused by the cancellation", err)
+	}
+	if err := c.CallContext(ctx, 1, nil, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call with an ended context: got %v", err)
+	}
+	if _, err := echo(c, []byte("still here")); err != nil {
+		t.Fatal(err)
 	}
 }
 

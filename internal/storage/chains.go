@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/epoch"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -46,6 +47,7 @@ type chainState struct {
 	view       atomicView
 	refreshMu  sync.Mutex // one map fetch at a time
 	leaseUntil atomicTime // replicated chains are served until then
+	epochs     epoch.Set  // end forwards routed by an old chain version
 
 	storesMu sync.Mutex
 	stores   map[uint32]*Target // chain stores by chain ID
@@ -75,6 +77,7 @@ func (s *Service) refreshView(want uint64) error {
 	}
 	if v := s.cs.view.Load(); v == nil || m.Version >= v.version {
 		s.cs.view.Store(newChainView(&m))
+		s.cs.epochs.Update(m.Chains)
 	}
 	return nil
 }

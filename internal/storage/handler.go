@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"encoding/binary"
 	"slices"
 	"syscall"
@@ -32,10 +33,10 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
 			return s.onChain(&r.Chunk.Routing, c, func() func() { return s.lockChunk(c.ID, r.Chunk.Ino, r.Chunk.Index) },
 				func() error { return st.Truncate(r.Chunk.Ino, r.Chunk.Index, int64(r.Size)) },
-				func(p *rpc.Client, to proto.Routing) error {
+				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
 					f.Chunk.Routing = to
-					return p.Call(proto.OpChunkTruncate, f.Encode, nil)
+					return p.CallContext(ctx, proto.OpChunkTruncate, f.Encode, nil)
 				})
 		})
 	case proto.OpChunkSync:
@@ -44,10 +45,10 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
 			return s.onChain(&r.Routing, c, noLock,
 				func() error { return st.Sync(r.Ino, r.Indexes) },
-				func(p *rpc.Client, to proto.Routing) error {
+				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
 					f.Routing = to
-					return p.Call(proto.OpChunkSync, f.Encode, nil)
+					return p.CallContext(ctx, proto.OpChunkSync, f.Encode, nil)
 				})
 		})
 	case proto.OpChunkDelete:
@@ -56,10 +57,10 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
 			return s.onChain(&r.Routing, c, func() func() { return s.lockIno(c.ID, r.Ino) },
 				func() error { return st.DeleteRange(r.Ino, r.From, r.To) },
-				func(p *rpc.Client, to proto.Routing) error {
+				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
 					f.Routing = to
-					return p.Call(proto.OpChunkDelete, f.Encode, nil)
+					return p.CallContext(ctx, proto.OpChunkDelete, f.Encode, nil)
 				})
 		})
 	case proto.OpChunkList:
@@ -103,10 +104,10 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 			}
 			return nil
 		},
-		func(p *rpc.Client, to proto.Routing) error {
+		func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 			f := *r
 			f.Chunk.Routing = to
-			return p.CallData(proto.OpChunkWrite, f.EncodeHead, f.Data, nil)
+			return p.CallDataContext(ctx, proto.OpChunkWrite, f.EncodeHead, f.Data, nil)
 		})
 }
 

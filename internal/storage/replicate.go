@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"hash/maphash"
 	"sync"
 	"syscall"
 
+	"tandemfs/internal/epoch"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 )
@@ -18,7 +20,9 @@ import (
 // them in the same order.
 
 // forwardFunc sends a change to one follower, addressed by to.
-type forwardFunc func(peer *rpc.Client, to proto.Routing) error
+// It gives up when ctx ends: the chain changed, so the follower may be
+// hung or cut off, and the request must be retried along the new chain.
+type forwardFunc func(ctx context.Context, peer *rpc.Client, to proto.Routing) error
 
 // onChain applies a change admitted for chain c: locally only on a chain
 // of one or on a follower, and on the head under lock() and forwarded.
@@ -64,10 +68,13 @@ func (s *Service) forward(v *chainView, c proto.Chain, f uint32, fwd forwardFunc
 	if addr == "" {
 		return rpc.Errorf(syscall.EAGAIN, "chain %d: no address for member target %d", c.ID, f)
 	}
-	err := fwd(s.peer(addr), proto.Routing{Target: f, Chain: c.ID, Version: c.Version, Forwarded: true})
+	ctx := s.cs.epochs.Context(c.ID, c.Version)
+	err := fwd(ctx, s.peer(addr), proto.Routing{Target: f, Chain: c.ID, Version: c.Version, Forwarded: true})
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, epoch.ErrChainChanged):
+		return rpc.Errorf(syscall.ESTALE, "chain %d changed while member target %d had the change in hand: %v", c.ID, f, err)
 	case errors.Is(err, syscall.ESTALE):
 		go s.refreshView(v.version + 1)
 		return err

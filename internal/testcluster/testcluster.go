@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"tandemfs/internal/cluster"
@@ -90,6 +91,9 @@ func WithServers(servers, targets int) Option {
 // WithMetaReplicas sets the number of metadata replicas (1 or 3).
 func WithMetaReplicas(n int) Option { return func(o *cluster.Options) { o.MetaReplicas = n } }
 
+// WithFenceConfig gives the metadata service a fence agents file.
+func WithFenceConfig(path string) Option { return func(o *cluster.Options) { o.FenceConfig = path } }
+
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
 
@@ -163,6 +167,18 @@ func (c *Cluster) KillProcess(name string) {
 		c.t.Fatal(err)
 	}
 }
+
+// Signal sends sig to one part of the cluster (SIGSTOP makes it hang,
+// SIGCONT wakes it up).
+func (c *Cluster) Signal(name string, sig syscall.Signal) {
+	c.t.Helper()
+	if err := cluster.SignalProcess(c.Opts.Dir, name, sig); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// PidFile is the file holding the PID of one part of the cluster.
+func (c *Cluster) PidFile(name string) string { return cluster.PidFile(c.Opts.Dir, name) }
 
 // Kill9 kills every process of the cluster with SIGKILL at once.
 func (c *Cluster) Kill9() {

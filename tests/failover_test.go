@@ -1,0 +1,157 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tandemfs/internal/testcluster"
+)
+
+// waitFailover waits until some replicated chain has an offline member.
+func waitFailover(t *testing.T, c *testcluster.Cluster, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for time.Since(t0) < within {
+		for _, states := range chainStates(t, c) {
+			for _, s := range states {
+				if s == "offline" {
+					return time.Since(t0)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no failover within %v", within)
+	return 0
+}
+
+// TestHungServerCannotHarmWhenItWakesUp: a storage server that hangs
+// (SIGSTOP) is failed over; writes go on; when it wakes up (SIGCONT) its
+// lease has run out and the chain versions moved on, so whatever it still
+// had in flight is refused; it is resynced, and its copies are then good
+// enough to serve every byte alone.
+func TestHungServerCannotHarmWhenItWakesUp(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "stream")
+	w := startWriter(t, path)
+	w.waitPieces(t, 8)
+
+	c.Signal("storage2", syscall.SIGSTOP)
+	woken := false
+	defer func() {
+		if !woken {
+			c.Signal("storage2", syscall.SIGCONT)
+		}
+	}()
+	t.Logf("storage2 hung; failover after %v", waitFailover(t, c, 30*time.Second))
+	w.waitPieces(t, 8)
+	c.Signal("storage2", syscall.SIGCONT)
+	woken = true
+	w.waitPieces(t, 8)
+	want := w.finish(t)
+	t.Logf("longest write %v", w.longest)
+	if got := mustRead(t, path); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, differing from the %d written", len(got), len(want))
+	}
+	t.Logf("storage2 resynced %v after waking up", waitAllServing(t, c, 90*time.Second))
+
+	c.KillProcess("storage1")
+	if got := mustRead(t, path); !bytes.Equal(got, want) {
+		t.Fatalf("storage2's resynced copies differ from what was written")
+	}
+	c.Up()
+	waitAllServing(t, c, 90*time.Second)
+}
+
+// TestFenceAgentsRunPrimaryThenSecondary: the metadata leader fences a
+// server it failed over with the agents configured for it, in order; when
+// the primary (think iDRAC) fails, the secondary (think PDU) is used, and
+// `tandem status` reports both results.
+func TestFenceAgentsRunPrimaryThenSecondary(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The config names a copy of storage2's PID file, written once the
+	// cluster (and so the PID) exists.
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "fence.json")
+	pidfile := filepath.Join(dir, "storage2.pid")
+	cfg := fmt.Sprintf(`{"timeout": "10s", "servers": {"*": [
+		{"name": "idrac", "command": %q},
+		{"name": "pdu", "command": %q, "options": {"pidfile": %q}}]}}`,
+		filepath.Join(root, "scripts/fence/fence_tandem_fail"), filepath.Join(root, "scripts/fence/fence_tandem_kill"), pidfile)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.Start(t, testcluster.WithFenceConfig(cfgPath))
+	pid, err := os.ReadFile(c.PidFile("storage2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pidfile, pid, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(c.Mount(), "f")
+	data := randBytes(5<<20 + 3)
+	mustWrite(t, path, data)
+
+	c.Signal("storage2", syscall.SIGSTOP)
+	t.Logf("storage2 hung; failover after %v", waitFailover(t, c, 30*time.Second))
+	summary := waitFencing(t, c, 30*time.Second)
+	t.Logf("fencing: %s", summary)
+	if !strings.Contains(summary, "fenced by pdu") || !strings.Contains(summary, "idrac failed") {
+		t.Fatalf("fencing summary %q: want fenced by pdu after idrac failed", summary)
+	}
+	if err := syscall.Kill(atoi(t, strings.TrimSpace(string(pid))), 0); err == nil {
+		t.Fatal("storage2 is still running after it was fenced")
+	}
+	if got := mustRead(t, path); !bytes.Equal(got, data) {
+		t.Fatal("data changed across the failover")
+	}
+	c.Up()
+	waitAllServing(t, c, 90*time.Second)
+}
+
+// waitFencing waits for a fencing report in `tandem status --json`.
+func waitFencing(t *testing.T, c *testcluster.Cluster, within time.Duration) string {
+	t.Helper()
+	t0 := time.Now()
+	for time.Since(t0) < within {
+		out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		var st struct {
+			Fencing []struct {
+				Fenced  bool   `json:"fenced"`
+				Summary string `json:"summary"`
+			} `json:"fencing"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Fencing) > 0 {
+			return st.Fencing[0].Summary
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no fencing reported within %v", within)
+	return ""
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
