@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 func init() {
 	var metaAddr, secretFile string
 	var debug bool
+	var giveUp time.Duration
 	cmd := &cobra.Command{
 		Use:   "mount --meta ADDR --secret-file FILE MOUNTPOINT",
 		Short: "Mount TandemFS with FUSE and serve it in the foreground until unmounted",
@@ -29,7 +31,7 @@ func init() {
 				return err
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
-			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf})
+			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp)})
 			if err != nil {
 				return err
 			}
@@ -54,7 +56,17 @@ func init() {
 	f.StringVar(&metaAddr, "meta", "127.0.0.1:7100", "metadata service address, or the addresses of all replicas (comma-separated)")
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
+	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
+}
+
+// giveUpSetting maps --give-up to client.Config.GiveUp, where 0 means
+// the default and a negative value forever.
+func giveUpSetting(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

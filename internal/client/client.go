@@ -29,8 +29,8 @@ type Config struct {
 	MetaAddr string
 	Secret   rpc.Secret
 	// GiveUp is how long an operation keeps retrying while a service is
-	// unreachable before failing with EIO (a hard mount would wait
-	// forever; default 120 s).
+	// unreachable before failing with EIO (default 120 s; negative:
+	// forever, like an NFS hard mount).
 	GiveUp time.Duration
 	Logf   func(format string, args ...any)
 }
@@ -259,7 +259,7 @@ func (c *Client) retry(what string, call func() error) error {
 		if err == nil || !retryable(err) {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if c.cfg.GiveUp > 0 && time.Now().After(deadline) {
 			c.cfg.Logf("%s: giving up after %v: %v", what, c.cfg.GiveUp, err)
 			return rpc.Errorf(syscall.EIO, "%s: %v", what, err)
 		}

@@ -42,7 +42,7 @@ type Config struct {
 	// Settings a new file system is created with (ignored afterwards).
 	InlineLimit   uint32       // default 4096; 0 disables inline files? use -1 via NoInline
 	NoInline      bool         // store every file on targets
-	DefaultStripe proto.Stripe // default 1 MiB x 4 chains x 1 replica
+	DefaultStripe proto.Stripe // default 1 MiB x 4 chains; replicas 0: 2 copies when the cluster has 2+ servers
 
 	// FailureTimeout is how long a storage server may stay silent on the
 	// public network before the leader fails over its chains (default
