@@ -155,3 +155,92 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// targetStates returns the state of every target (online, offline, failed)
+// as `tandem status --json` reports it.
+func targetStates(t *testing.T, c *testcluster.Cluster) map[uint32]string {
+	t.Helper()
+	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		Targets []struct {
+			ID    uint32 `json:"id"`
+			State string `json:"state"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	m := map[uint32]string{}
+	for _, tg := range st.Targets {
+		m[tg.ID] = tg.State
+	}
+	return m
+}
+
+func setFaults(t *testing.T, path, rules string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the server rereads it every 100 ms
+}
+
+// TestFailingDiskIsFailedOverButATransientErrorIsNot: one I/O error of a
+// target's disk is retried and changes nothing; a disk that keeps failing
+// takes its target out of its chains (the other copy serves, no
+// application sees an error) until its server is restarted, when it is
+// resynced.
+func TestFailingDiskIsFailedOverButATransientErrorIsNot(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithFaultFiles())
+	faults := c.FaultFile("storage2")
+	before := randBytes(5<<20 + 1)
+	mustWrite(t, filepath.Join(c.Mount(), "before"), before)
+
+	setFaults(t, faults, `[{"path": "/chains/", "ops": "write", "errno": "EIO", "times": 1}]`)
+	once := randBytes(4 << 20)
+	mustWrite(t, filepath.Join(c.Mount(), "once"), once)
+	for id, states := range chainStates(t, c) {
+		for _, s := range states {
+			if s != "serving" {
+				t.Fatalf("a single I/O error changed chain %d: %v", id, states)
+			}
+		}
+	}
+	if log, _ := os.ReadFile(filepath.Join(c.Dir(), "logs", "storage2.log")); !strings.Contains(string(log), "retried successfully") {
+		t.Fatal("storage2's log shows no retried I/O error: the injected fault did not happen")
+	}
+
+	setFaults(t, faults, `[{"path": "/chains/", "ops": "write,read,sync", "errno": "EIO"}]`)
+	t0 := time.Now()
+	during := randBytes(6<<20 + 5)
+	mustWrite(t, filepath.Join(c.Mount(), "during"), during)
+	t.Logf("write during the disk failure took %v", time.Since(t0))
+	failed := 0
+	for _, s := range targetStates(t, c) {
+		if s == "failed" {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no target shown failed: %v", targetStates(t, c))
+	}
+	for name, want := range map[string][]byte{"before": before, "once": once, "during": during} {
+		if got := mustRead(t, filepath.Join(c.Mount(), name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s changed across the disk failure", name)
+		}
+	}
+
+	setFaults(t, faults, `[]`)
+	c.KillProcess("storage2")
+	c.Up()
+	t.Logf("the failed targets resynced %v after their server restarted", waitAllServing(t, c, 90*time.Second))
+	c.KillProcess("storage1")
+	for name, want := range map[string][]byte{"before": before, "once": once, "during": during} {
+		if got := mustRead(t, filepath.Join(c.Mount(), name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s differs on the resynced copies", name)
+		}
+	}
+}

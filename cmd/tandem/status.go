@@ -133,8 +133,11 @@ func init() {
 }
 
 func stateName(s uint8) string {
-	if s == proto.TargetOnline {
+	switch s {
+	case proto.TargetOnline:
 		return "online"
+	case proto.TargetFailed:
+		return "failed"
 	}
 	return "offline"
 }

@@ -20,7 +20,7 @@ import (
 func init() {
 	var (
 		listen, advertise, meta, secretFile, state string
-		metaPrivate                                string
+		metaPrivate, faultFile                     string
 		targets                                    []string
 		heartbeat                                  time.Duration
 	)
@@ -59,7 +59,18 @@ it was registered with before.`,
 				return err
 			}
 			logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+			var fsys storage.FS
+			stopFaults := make(chan struct{})
+			defer close(stopFaults)
+			if faultFile != "" {
+				ffs := storage.NewFaultFS(nil)
+				if err := storage.WatchFaultFile(ffs, faultFile, stopFaults, logger.Printf); err != nil {
+					return err
+				}
+				fsys = ffs
+			}
 			svc, err := storage.Start(storage.Config{
+				FS:                fsys,
 				Listen:            listen,
 				AdvertiseAddr:     advertise,
 				MetaAddrs:         metas,
@@ -88,6 +99,7 @@ it was registered with before.`,
 	f.StringArrayVar(&targets, "target", nil, "target directory (repeat for several)")
 	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
+	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)

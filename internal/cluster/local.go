@@ -42,8 +42,11 @@ type Options struct {
 	// FailureTimeout is how long a silent storage server waits before
 	// failover; 0: the default.
 	FailureTimeout time.Duration
-	Progress       io.Writer // where to report progress (may be nil)
-	Timeout        time.Duration
+	// FaultFiles starts every storage server with a fault file (see
+	// FaultFile), so that tests can make its disks fail.
+	FaultFiles bool
+	Progress   io.Writer // where to report progress (may be nil)
+	Timeout    time.Duration
 }
 
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
@@ -300,6 +303,9 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 			}
 			args = append(args, "--target", t)
 		}
+		if o.FaultFiles {
+			args = append(args, "--fault-file", FaultFile(o.Dir, s.Name))
+		}
 		started, err := o.start(s.Name, args)
 		if err != nil {
 			return err
@@ -413,6 +419,12 @@ func (o *Options) waitFor(name, what string, check func() error) error {
 }
 
 func logPath(dir, name string) string { return filepath.Join(dir, "logs", name+".log") }
+
+// FaultFile is the fault file of storage server name when the cluster
+// was started with FaultFiles: rules written there make its disks fail
+// (see storage.WatchFaultFile).
+func FaultFile(dir, name string) string { return filepath.Join(dir, "run", name+".faults.json") }
+
 func pidFile(dir, name string) string { return filepath.Join(dir, "run", name+".pid") }
 
 // readPid returns the recorded PID of name, or 0.

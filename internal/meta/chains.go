@@ -2,8 +2,11 @@ package meta
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -155,28 +158,76 @@ func (t *tx) updateChains(id uint32, change func(c *proto.Chain, member int) boo
 // it (a double failure), since no other copy is complete.
 func (t *tx) failServer(id uint32) error {
 	nowMs := t.now / 1e6
-	return t.updateChains(id, func(c *proto.Chain, m int) bool {
-		switch c.States[m] {
-		case proto.MemberServing:
-			if servingMembers(c) == 1 {
-				return false
-			}
-			c.SinceMs[m] = nowMs
-		case proto.MemberSyncing:
-			// Still out of date since it first failed.
-		default:
+	return t.updateChains(id, func(c *proto.Chain, m int) bool { return failMember(c, m, nowMs) })
+}
+
+// failTarget takes a target whose disk keeps failing out of its chains
+// and keeps it out (rejoinServer skips it) until its server registers
+// again, which an administrator does by restarting the server once the
+// disk is fixed or replaced.
+func (t *tx) failTarget(r *proto.TargetFailedReq) error {
+	v, ok, err := get(t.b, u32Key(prefixTarget, r.Target))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return rpc.Errorf(syscall.ENOENT, "target %d does not exist", r.Target)
+	}
+	tg, err := unmarshalTarget(v)
+	if err != nil {
+		return err
+	}
+	t.b.Set(u32Key(prefixFailed, r.Target), []byte(r.Reason), nil)
+	nowMs := t.now / 1e6
+	return t.updateChains(tg.Server, func(c *proto.Chain, m int) bool {
+		if c.Targets[m] != r.Target {
 			return false
 		}
-		c.States[m] = proto.MemberOffline
-		return true
+		return failMember(c, m, nowMs)
 	})
+}
+
+// failMember takes member m out of chain c unless it is the chain's last
+// serving member, and reports whether it changed anything.
+func failMember(c *proto.Chain, m int, nowMs int64) bool {
+	switch c.States[m] {
+	case proto.MemberServing:
+		if servingMembers(c) == 1 {
+			return false
+		}
+		c.SinceMs[m] = nowMs
+	case proto.MemberSyncing:
+		// Still out of date since it first failed.
+	default:
+		return false
+	}
+	c.States[m] = proto.MemberOffline
+	return true
+}
+
+// failedTargets are the targets held out after a disk failure.
+func failedTargets(r reader) (map[uint32]string, error) {
+	out := map[uint32]string{}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixFailed, UpperBound: prefixEnd(prefixFailed)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		out[binary.BigEndian.Uint32(it.Key()[len(prefixFailed):])] = string(it.Value())
+	}
+	return out, it.Error()
 }
 
 // rejoinServer starts the resync of a returned server's offline members:
 // they take new writes at once, and the head copies what they missed.
 func (t *tx) rejoinServer(id uint32) error {
+	failed, err := failedTargets(t.b)
+	if err != nil {
+		return err
+	}
 	return t.updateChains(id, func(c *proto.Chain, m int) bool {
-		if c.States[m] != proto.MemberOffline {
+		if c.States[m] != proto.MemberOffline || failed[c.Targets[m]] != "" {
 			return false
 		}
 		c.States[m] = proto.MemberSyncing

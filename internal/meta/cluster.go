@@ -114,6 +114,9 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 		}
 		tg.Server = srv.ID
 		tg.Path = ti.Path
+		// A server registers when it starts: its administrator has
+		// dealt with a failed disk, which may now rejoin its chains.
+		t.b.Delete(u32Key(prefixFailed, tg.ID), nil)
 		tg.TotalBytes, tg.FreeBytes = ti.TotalBytes, ti.FreeBytes
 		t.b.Set(u32Key(prefixTarget, tg.ID), marshalTarget(tg), nil)
 		reply.TargetIDs = append(reply.TargetIDs, tg.ID)

@@ -111,14 +111,20 @@ func (s *Service) proposeServer(op uint16, id uint32) bool {
 
 // memberStates reports whether server id has members of replicated chains
 // that take writes (active) or that are offline.
+// Failed targets count as neither: they wait for their server to
+// register again.
 func memberStates(m *proto.ClusterMap, id uint32) (active, offline bool) {
 	server := serverOfTarget(m)
+	failed := map[uint32]bool{}
+	for _, t := range m.Targets {
+		failed[t.ID] = t.State == proto.TargetFailed
+	}
 	for _, c := range m.Chains {
 		if len(c.Targets) < 2 {
 			continue
 		}
 		for i, t := range c.Targets {
-			if server[t] != id {
+			if server[t] != id || failed[t] {
 				continue
 			}
 			if c.States[i] == proto.MemberOffline {

@@ -198,6 +198,10 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opRejoinServer:
 		id := d.U32()
 		return decoded(d, func() error { return t.rejoinServer(id) })
+	case proto.OpTargetFailed:
+		var r proto.TargetFailedReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.failTarget(&r) })
 	case proto.OpResyncDone:
 		var r proto.ResyncDoneReq
 		r.Decode(d)

@@ -32,6 +32,7 @@ var mutations = map[uint16]func() decoder{
 	proto.OpRelease:        func() decoder { return &proto.InoReq{} },
 	proto.OpRegisterServer: func() decoder { return &proto.RegisterServerReq{} },
 	proto.OpResyncDone:     func() decoder { return &proto.ResyncDoneReq{} },
+	proto.OpTargetFailed:   func() decoder { return &proto.TargetFailedReq{} },
 }
 
 func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
@@ -239,6 +240,15 @@ func (s *Service) clusterMap() (*proto.ClusterMap, error) {
 		return nil, err
 	}
 	s.live.annotate(m.Targets, s.cfg.DeadAfter)
+	failed, err := failedTargets(db)
+	if err != nil {
+		return nil, err
+	}
+	for i := range m.Targets {
+		if failed[m.Targets[i].ID] != "" {
+			m.Targets[i].State = proto.TargetFailed
+		}
+	}
 	return m, nil
 }
 

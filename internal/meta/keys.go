@@ -35,6 +35,8 @@ var (
 	prefixServer   = []byte("cs")
 	prefixTarget   = []byte("ct")
 	prefixChain    = []byte("cc")
+	prefixFailed   = []byte("cf") // targets whose disk failed: the reason
+
 )
 
 func u64Key(prefix byte, v uint64) []byte {

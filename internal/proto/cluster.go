@@ -6,6 +6,7 @@ import "tandemfs/internal/wire"
 const (
 	TargetOnline  uint8 = 0 // heartbeating and serving
 	TargetOffline uint8 = 1 // its server has been silent too long
+	TargetFailed  uint8 = 2 // its disk failed; out of its chains until its server re-registers
 )
 
 // Server is a storage server in the cluster map.
@@ -349,6 +350,15 @@ func (p *ResyncProgress) Decode(d *wire.Dec) {
 	p.Chunks, p.Copied, p.Bytes = d.U64(), d.U64(), d.U64()
 	p.StartedMs = d.I64()
 }
+
+// TargetFailedReq reports that a target's disk keeps failing.
+type TargetFailedReq struct {
+	Target uint32
+	Reason string
+}
+
+func (r *TargetFailedReq) Encode(e *wire.Enc) { e.U32(r.Target); e.String(r.Reason) }
+func (r *TargetFailedReq) Decode(d *wire.Dec) { r.Target = d.U32(); r.Reason = d.String(1024) }
 
 // FenceEvent is the outcome of running a server's fence agents.
 type FenceEvent struct {

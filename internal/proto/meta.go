@@ -29,6 +29,7 @@ const (
 	OpStatus
 	OpSync       // make every change so far durable on disk (an application's fsync)
 	OpResyncDone // a chain's head finished copying a member: it may serve
+	OpTargetFailed
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

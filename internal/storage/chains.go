@@ -127,6 +127,9 @@ func (s *Service) admit(rt *proto.Routing) (*Target, proto.Chain, error) {
 	if err := s.checkReplicated(rt, &c); err != nil {
 		return nil, c, err
 	}
+	if err := s.failed.get(rt.Target); err != nil {
+		return nil, c, rpc.Errorf(syscall.EAGAIN, "target %d failed (%v); waiting for failover", rt.Target, err)
+	}
 	store, err := s.chainStore(tg, c.ID)
 	return store, c, err
 }

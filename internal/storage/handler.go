@@ -26,7 +26,12 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 	case proto.OpChunkRead:
 		var r proto.ChunkReadReq
 		r.Decode(d)
-		return s.serve(d, &r.Chunk.Routing, func(st *Target, _ proto.Chain) error { return s.read(st, &r, e) })
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
+			if len(c.Targets) == 1 {
+				return s.read(st, &r, e)
+			}
+			return s.guardDisk(r.Chunk.Target, func() error { return s.read(st, &r, e) })
+		})
 	case proto.OpChunkTruncate:
 		var r proto.ChunkTruncateReq
 		r.Decode(d)

@@ -26,8 +26,12 @@ type forwardFunc func(ctx context.Context, peer *rpc.Client, to proto.Routing) e
 
 // onChain applies a change admitted for chain c: locally only on a chain
 // of one or on a follower, and on the head under lock() and forwarded.
-func (s *Service) onChain(rt *proto.Routing, c proto.Chain, lock func() func(), local func() error, fwd forwardFunc) error {
-	if len(c.Targets) == 1 || rt.Forwarded {
+func (s *Service) onChain(rt *proto.Routing, c proto.Chain, lock func() func(), apply func() error, fwd forwardFunc) error {
+	if len(c.Targets) == 1 {
+		return apply()
+	}
+	local := func() error { return s.guardDisk(rt.Target, apply) }
+	if rt.Forwarded {
 		return local()
 	}
 	unlock := lock()

@@ -71,6 +71,7 @@ type Service struct {
 	cs        chainState
 	resyncs   resyncs
 	leaseWarn sync.Once
+	failed    failedTargets
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	regOnce   sync.Once

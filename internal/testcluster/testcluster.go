@@ -94,6 +94,10 @@ func WithMetaReplicas(n int) Option { return func(o *cluster.Options) { o.MetaRe
 // WithFenceConfig gives the metadata service a fence agents file.
 func WithFenceConfig(path string) Option { return func(o *cluster.Options) { o.FenceConfig = path } }
 
+// WithFaultFiles starts the storage servers with fault files (see
+// Cluster.FaultFile).
+func WithFaultFiles() Option { return func(o *cluster.Options) { o.FaultFiles = true } }
+
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
 
@@ -176,6 +180,10 @@ func (c *Cluster) Signal(name string, sig syscall.Signal) {
 		c.t.Fatal(err)
 	}
 }
+
+// FaultFile is the fault file of storage server name (WithFaultFiles):
+// JSON rules written there make its disks fail.
+func (c *Cluster) FaultFile(name string) string { return cluster.FaultFile(c.Opts.Dir, name) }
 
 // PidFile is the file holding the PID of one part of the cluster.
 func (c *Cluster) PidFile(name string) string { return cluster.PidFile(c.Opts.Dir, name) }
