@@ -234,13 +234,79 @@ func TestFailingDiskIsFailedOverButATransientErrorIsNot(t *testing.T) {
 	}
 
 	setFaults(t, faults, `[]`)
+	_, versions := chainStatus(t, c)
 	c.KillProcess("storage2")
 	c.Up()
-	t.Logf("the failed targets resynced %v after their server restarted", waitAllServing(t, c, 90*time.Second))
+	t.Logf("the failed targets resynced %v after their server restarted", waitResynced(t, c, versions, 90*time.Second))
 	c.KillProcess("storage1")
 	for name, want := range map[string][]byte{"before": before, "once": once, "during": during} {
 		if got := mustRead(t, filepath.Join(c.Mount(), name)); !bytes.Equal(got, want) {
 			t.Fatalf("%s differs on the resynced copies", name)
+		}
+	}
+}
+
+// targetByPath returns the ID of the target whose directory is path.
+func targetByPath(t *testing.T, c *testcluster.Cluster, path string) uint32 {
+	t.Helper()
+	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		Targets []struct {
+			ID   uint32 `json:"id"`
+			Path string `json:"path"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range st.Targets {
+		if tg.Path == path {
+			return tg.ID
+		}
+	}
+	t.Fatalf("no target at %s: %s", path, out)
+	return 0
+}
+
+// TestDeadDiskIsReplacedAndRebuilt: the administrator's procedure for a
+// dead disk (docs/ha.md): stop its server, prepare an empty directory on
+// the new disk with `tandem target replace`, start the server again; the
+// new disk is rebuilt from the other copies while the file system stays
+// mounted, and then serves alone.
+func TestDeadDiskIsReplacedAndRebuilt(t *testing.T) {
+	c := testcluster.Start(t)
+	files := map[string][]byte{}
+	for i := range 6 {
+		name := fmt.Sprintf("f%d", i)
+		files[name] = randBytes(1<<20*i + 777)
+		mustWrite(t, filepath.Join(c.Mount(), name), files[name])
+	}
+	dead := c.Layout.Servers[1].Targets[0]
+	id := targetByPath(t, c, dead)
+	_, before := chainStatus(t, c)
+
+	c.KillProcess("storage2")
+	if err := os.RemoveAll(dead); err != nil { // the disk is gone
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dead, 0o700); err != nil { // the new, empty one
+		t.Fatal(err)
+	}
+	out, err := runTandem(t, "target", "replace", "--data", c.Dir(), "--id", fmt.Sprint(id), dead)
+	if err != nil {
+		t.Fatalf("target replace: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	c.Up()
+	t.Logf("the new disk was rebuilt %v after its server restarted", waitResynced(t, c, before, 120*time.Second))
+
+	c.KillProcess("storage1")
+	for name, want := range files {
+		if got := mustRead(t, filepath.Join(c.Mount(), name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s differs when read from the rebuilt disk", name)
 		}
 	}
 }

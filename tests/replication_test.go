@@ -17,6 +17,14 @@ import (
 // `tandem status --json` reports them.
 func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
 	t.Helper()
+	states, _ := chainStatus(t, c)
+	return states
+}
+
+// chainStatus returns, per replicated chain, the states of its members and
+// the chain's version.
+func chainStatus(t *testing.T, c *testcluster.Cluster) (map[uint32][]string, map[uint32]uint32) {
+	t.Helper()
 	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
@@ -24,6 +32,7 @@ func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
 	var st struct {
 		Chains []struct {
 			ID      uint32   `json:"id"`
+			Version uint32   `json:"version"`
 			Targets []uint32 `json:"targets"`
 			States  []string `json:"states"`
 		} `json:"chains"`
@@ -31,13 +40,38 @@ func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v: %s", err, out)
 	}
-	m := map[uint32][]string{}
+	m, v := map[uint32][]string{}, map[uint32]uint32{}
 	for _, ch := range st.Chains {
 		if len(ch.Targets) > 1 {
-			m[ch.ID] = ch.States
+			m[ch.ID], v[ch.ID] = ch.States, ch.Version
 		}
 	}
-	return m
+	return m, v
+}
+
+// waitResynced waits until every replicated chain has moved past the
+// versions in before (its restarted member was taken in for a resync) and
+// all its members serve again.
+func waitResynced(t *testing.T, c *testcluster.Cluster, before map[uint32]uint32, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for {
+		states, versions := chainStatus(t, c)
+		done := len(states) > 0
+		for id, ss := range states {
+			done = done && versions[id] > before[id]
+			for _, s := range ss {
+				done = done && s == "serving"
+			}
+		}
+		if done {
+			return time.Since(t0)
+		}
+		if time.Since(t0) > within {
+			t.Fatalf("chains not resynced after %v: %v (versions %v, before %v)", within, states, versions, before)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitAllServing waits until every member of every replicated chain serves

@@ -219,6 +219,24 @@ func failedTargets(r reader) (map[uint32]string, error) {
 	return out, it.Error()
 }
 
+// resyncRegistered makes the serving members of a server that registers
+// (it restarted) syncing, unless they are their chain's last serving
+// member: its targets may have missed writes since the leader last heard
+// it, or be new, empty disks in place of dead ones (tandem target
+// replace), and the resync compares them with the head and copies what
+// differs.
+func (t *tx) resyncRegistered(id uint32) error {
+	nowMs := t.now / 1e6
+	return t.updateChains(id, func(c *proto.Chain, m int) bool {
+		if c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
+			return false
+		}
+		c.States[m] = proto.MemberSyncing
+		c.SinceMs[m] = nowMs
+		return true
+	})
+}
+
 // rejoinServer starts the resync of a returned server's offline members:
 // they take new writes at once, and the head copies what they missed.
 func (t *tx) rejoinServer(id uint32) error {

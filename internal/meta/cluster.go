@@ -121,6 +121,9 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 		t.b.Set(u32Key(prefixTarget, tg.ID), marshalTarget(tg), nil)
 		reply.TargetIDs = append(reply.TargetIDs, tg.ID)
 	}
+	if err := t.resyncRegistered(srv.ID); err != nil {
+		return err
+	}
 	if err := t.formChains(); err != nil {
 		return err
 	}

@@ -135,16 +135,43 @@ func (t *Target) loadOrFormat(names []string) error {
 		}
 	}
 	t.uuid = newUUID()
+	if err := t.makeChunkDirs(); err != nil {
+		return err
+	}
+	return t.writeMeta(0)
+}
+
+// FormatReplacement formats the empty directory dir as target id with the
+// given UUID: a new disk that takes the place of a dead one. Its server,
+// restarted with dir among its targets, registers it under the old
+// identity; it rejoins the old target's replicated chains and is resynced
+// from the other members (what lived only on the dead disk is lost).
+func FormatReplacement(dir, uuid string, id uint32) error {
+	names, err := OSFS{}.ReadDirNames(dir)
+	if err != nil {
+		return fmt.Errorf("replacement target: %w", err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("replacement target %s is not empty (%d entries): use an empty directory on the new disk", dir, len(names))
+	}
+	if uuid == "" || len(uuid) > 64 || id == 0 {
+		return fmt.Errorf("replacement target: bad identity %q/%d", uuid, id)
+	}
+	t := &Target{dir: filepath.Clean(dir), fs: OSFS{}, uuid: uuid}
+	if err := t.makeChunkDirs(); err != nil {
+		return err
+	}
+	return t.writeMeta(id)
+}
+
+func (t *Target) makeChunkDirs() error {
 	chunks := filepath.Join(t.dir, "chunks")
 	for i := 0; i < 256; i++ {
 		if err := t.fs.MkdirAll(filepath.Join(chunks, fmt.Sprintf("%02x", i)), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := t.fs.SyncDir(chunks); err != nil {
-		return err
-	}
-	return t.writeMeta(0)
+	return t.fs.SyncDir(chunks)
 }
 
 func (t *Target) writeMeta(id uint32) error {

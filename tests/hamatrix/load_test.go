@@ -1,0 +1,145 @@
+package hamatrix
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"tandemfs/internal/stream"
+)
+
+// loadSize is the size of each stream the load writes, and of the stream
+// it reads back; the load repeats them until it is stopped.
+type loadSize struct {
+	write string // `tandem stream gen --size` of each written file
+	read  string // size of the "pre" stream read back
+}
+
+// load is the client load of a scenario, all of it on cli: writers that
+// pipe `tandem stream gen` into dd (bs=1M, conv=fsync) on the mount, file
+// after file, and a reader that copies a stream written before the
+// scenario out of the mount with dd, again and again. Every finished copy
+// is checked with `tandem stream check` afterwards.
+type load struct {
+	c        *cluster
+	size     loadSize
+	stopNew  chan struct{}      // closed: start no new copy
+	kill     context.CancelFunc // kills copies in flight (test cleanup)
+	ctx      context.Context
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	copies   []string // finished copies, to check
+	errs     []error
+	longest  time.Duration // the slowest copy
+	finished int
+}
+
+const loadWriters = 2
+
+// preSeed is the seed of the stream written before the load.
+const preSeed stream.Seed = 1
+
+// writePre writes the stream the reader copies, before the load starts.
+func writePre(c *cluster, size string) string {
+	c.t.Helper()
+	pre := filepath.Join(c.mnt, "pre")
+	if out, err := c.host("cli").Run(c.bin, "stream", "gen", "--size", size, "--seed", fmt.Sprint(uint64(preSeed)), "--fsync", "-o", pre); err != nil {
+		c.t.Fatalf("writing %s: %v\n%s", pre, err, out)
+	}
+	return pre
+}
+
+// startLoad starts the writers and the reader.
+func startLoad(c *cluster, size loadSize) *load {
+	ctx, kill := context.WithCancel(context.Background())
+	l := &load{c: c, size: size, stopNew: make(chan struct{}), kill: kill, ctx: ctx}
+	cleanup(c.t, "stopping the load", func() { l.kill(); l.wg.Wait() })
+	for w := 1; w <= loadWriters; w++ {
+		l.loop(func(i int) (string, []string) {
+			out := filepath.Join(c.mnt, fmt.Sprintf("w%d-%d", w, i))
+			seed := strconv.Itoa(1000*w + i)
+			return out, []string{"bash", "-c", `set -o pipefail; "$0" stream gen --size "$1" --seed "$2" | dd of="$3" bs=1M conv=fsync status=none`,
+				c.bin, size.write, seed, out}
+		})
+	}
+	l.loop(func(i int) (string, []string) {
+		out := filepath.Join(c.dir, "copies", fmt.Sprintf("pre-%d", i))
+		return out, []string{"dd", "if=" + filepath.Join(c.mnt, "pre"), "of=" + out, "bs=1M", "status=none"}
+	})
+	return l
+}
+
+// loop runs copies made by next, one after the other, until stopped.
+func (l *load) loop(next func(i int) (out string, argv []string)) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-l.stopNew:
+				return
+			default:
+			}
+			out, argv := next(i)
+			t0 := time.Now()
+			res, err := l.c.host("cli").RunContext(l.ctx, argv...)
+			took := time.Since(t0)
+			l.mu.Lock()
+			if err != nil {
+				l.errs = append(l.errs, fmt.Errorf("%s after %v: %v: %s", filepath.Base(out), took.Round(time.Millisecond), err, strings.TrimSpace(string(res))))
+			} else {
+				l.copies = append(l.copies, out)
+				l.finished++
+			}
+			l.longest = max(l.longest, took)
+			l.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// stop lets the copies in flight finish and starts no more; it returns
+// false if they do not finish within timeout.
+func (l *load) stop(timeout time.Duration) bool {
+	close(l.stopNew)
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// result returns the finished copies and the errors of failed ones.
+func (l *load) result() (copies []string, errs []error, longest time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.copies...), append([]error(nil), l.errs...), l.longest
+}
+
+// checkStreams runs `tandem stream check` over each file and returns a
+// summary and the files that failed with their reports.
+func checkStreams(c *cluster, files []string) (checked int, bytes int64, failed []string) {
+	for _, f := range files {
+		out, err := exec.Command(c.bin, "stream", "check", f).CombinedOutput()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v:\n%s", f, err, out))
+			continue
+		}
+		checked++
+		if fi, err := os.Stat(f); err == nil {
+			bytes += fi.Size()
+		}
+	}
+	return checked, bytes, failed
+}

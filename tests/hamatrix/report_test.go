@@ -1,0 +1,132 @@
+package hamatrix
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// line is the scenario's result in one line, for the test log.
+func (r *result) line() string {
+	parts := []string{
+		"checkstream " + orDash(r.check),
+		"detect+failover " + r.detectText(),
+		"longest stall " + r.stallText(),
+		"service moved " + yesNo(r.moved),
+		"resync " + durText(r.resync),
+		"metadata leader on " + orDash(r.leader),
+	}
+	if len(r.notes) > 0 {
+		parts = append(parts, strings.Join(r.notes, "; "))
+	}
+	if r.failed {
+		parts = append(parts, "TEST FAILED")
+	}
+	return strings.Join(parts, " | ")
+}
+
+func (r *result) detectText() string {
+	exp := "expected"
+	if !r.sc.failover {
+		exp = "none expected"
+	}
+	return fmt.Sprintf("%s (%s)", durText(r.detect), exp)
+}
+
+func (r *result) stallText() string {
+	if !r.measured {
+		return "–"
+	}
+	return fmt.Sprintf("%s (%s)", durText(r.stall), r.stallOf)
+}
+
+func durText(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// writeReport writes the results as a markdown table to $HA_MATRIX_REPORT,
+// if set (relative to the repository root).
+func writeReport(t *testing.T, results []*result) {
+	path := os.Getenv("HA_MATRIX_REPORT")
+	if path == "" || len(results) == 0 {
+		return
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(repoRoot(t), path)
+	}
+	var b strings.Builder
+	mode := os.Getenv("HA_MATRIX")
+	if mode == "" {
+		mode = "short"
+	}
+	fmt.Fprintf(&b, "# HA failure matrix: results\n\n")
+	fmt.Fprintf(&b, "Written by tests/hamatrix (HA_MATRIX=%s, streams of %s) on %s, %d cores, %s.\n",
+		mode, sizes().write, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(&b, "Each scenario on a fresh cluster in network namespaces (srv1, srv2: metadata replica +\n")
+	fmt.Fprintf(&b, "storage server with 2 targets; third: metadata replica; cli: FUSE mount), failure injected\n")
+	fmt.Fprintf(&b, "%.1f s into a load of 2 genstream writers and 1 reader; stall = longest 4 KiB write+fsync\n", injectAfter.Seconds())
+	fmt.Fprintf(&b, "or open+read on the mount, probed every %v; times from `tandem status --json`, polled\n", probeEvery)
+	fmt.Fprintf(&b, "every %v.\n\n", pollEvery)
+	b.WriteString("| # | scenario | data check (checkstream) | time to detect + fail over | longest client stall | service moved | resync after heal | notes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		notes := append([]string(nil), r.notes...)
+		if r.leader != "" {
+			notes = append(notes, "metadata leader on "+r.leader)
+		}
+		if r.failed {
+			notes = append([]string{"**TEST FAILED**"}, notes...)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r.sc.num, cell(r.sc.name), cell(orDash(r.check)),
+			cell(r.detectText()), cell(r.stallText()), yesNo(r.moved), durText(r.resync), cell(strings.Join(notes, "; ")))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Errorf("writing the report: %v", err)
+		return
+	}
+	t.Logf("report written to %s", path)
+}
+
+// cell makes text safe inside a markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
+}
+
+// digest is the size and SHA-256 of a file's contents.
+func digest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d bytes sha256 %s", n, hex.EncodeToString(h.Sum(nil))[:16]), nil
+}

@@ -1,0 +1,406 @@
+package hamatrix
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of the expectations. They are generous so that a loaded machine
+// does not fail the test; the table reports the real numbers.
+const (
+	injectAfter     = 1500 * time.Millisecond // load runs this long before the failure
+	failoverTimeout = 20 * time.Second        // docs/ha.md: detection in 4 s, failover ~5 s
+	maxStall        = 15 * time.Second        // longest tolerated client operation
+	resyncTimeout   = 120 * time.Second       // from the heal to every member serving
+	settle          = 3 * time.Second         // watched after a heal that must change nothing
+	loadTimeout     = 180 * time.Second       // for the copies in flight to finish
+	fenceTimeout    = 30 * time.Second        // for the fence outcome in status
+)
+
+// sizes of the load: the short form keeps `go test ./...` quick.
+func sizes() loadSize {
+	if os.Getenv("HA_MATRIX") == "full" {
+		return loadSize{write: "256m", read: "256m"}
+	}
+	return loadSize{write: "64m", read: "64m"}
+}
+
+// run is one scenario in progress: its cluster, load, probes and status
+// monitor, and what has been measured so far.
+type run struct {
+	t   *testing.T
+	sc  scenario
+	c   *cluster
+	mon *monitor
+	res *result
+
+	base     *status // before the failure
+	injected time.Time
+	healed   time.Time
+	failover *status // the first status that shows the failover
+}
+
+// result is one row of the matrix.
+type result struct {
+	sc       scenario
+	failed   bool
+	check    string        // checkstream summary
+	detect   time.Duration // injection to the failover in status; <0: none seen
+	stall    time.Duration
+	stallOf  string // which probe, and when
+	moved    bool
+	resync   time.Duration // heal to every member serving again; <0: none
+	leader   string
+	notes    []string
+	measured bool // the scenario got as far as measuring
+}
+
+// runScenario brings up a cluster, starts the load, lets the scenario
+// inject and heal its failure, waits for the cluster to recover, and
+// checks every copy.
+func runScenario(t *testing.T, sc scenario, res *result) {
+	res.detect, res.resync = -1, -1
+	c := startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence})
+	sz := sizes()
+	pre := writePre(c, sz.read)
+	checkTwoCopies(c, pre)
+
+	wprobe := startProbe(c, "write+fsync 4 KiB", "write", filepath.Join(c.mnt, "probe"))
+	rprobe := startProbe(c, "open+read 4 KiB", "read", pre)
+	mon := startMonitor(c)
+	cleanup(t, "stopping the status monitor", mon.stop)
+	r := &run{t: t, sc: sc, c: c, mon: mon, res: res}
+	r.base = mon.waitFor(time.Now(), upTimeout, func(st *status) bool { return st.allServing() })
+	if r.base == nil {
+		t.Fatalf("no status with every chain serving before the failure")
+	}
+	res.leader = c.hostOfAddr(r.base.leader)
+	ld := startLoad(c, sz)
+	time.Sleep(injectAfter)
+
+	sc.act(r)
+	if r.injected.IsZero() || r.healed.IsZero() {
+		t.Fatalf("scenario %d did not inject and heal its failure", sc.num)
+	}
+	// The load starts no new copy after the heal: the copies in flight
+	// finish while the failed server resyncs.
+	if !ld.stop(loadTimeout) {
+		t.Errorf("the load did not finish within %v of the heal", loadTimeout)
+	}
+	r.measureFailover()
+	r.waitRecovered()
+	copies, loadErrs, longest := ld.result()
+	for _, err := range loadErrs {
+		t.Errorf("client load failed: %v", err)
+	}
+	for _, p := range []*probe{wprobe, rprobe} {
+		pl, err := p.finish(loadTimeout)
+		if err != nil {
+			t.Errorf("probe %s: %v", p.name, err)
+		}
+		if pl.err != nil {
+			t.Errorf("probe %s failed: %v", p.name, pl.err)
+		}
+		if pl.longest > res.stall {
+			res.stall = pl.longest
+			res.stallOf = fmt.Sprintf("%s at %+.1fs", p.name, r.since(pl.at))
+		}
+	}
+	mon.stop()
+	res.measured = true
+	if !sc.blocks && res.stall > maxStall {
+		t.Errorf("a client operation stalled %v (%s); bound %v", res.stall.Round(time.Millisecond), res.stallOf, maxStall)
+	}
+
+	files := append(copies, pre)
+	checked, bytes, failed := checkStreams(c, files)
+	res.check = fmt.Sprintf("%d/%d streams, %d MiB: %d errors", checked, len(files), bytes>>20, len(failed))
+	for _, f := range failed {
+		t.Errorf("checkstream: %s", f)
+	}
+	if checked < 2*loadWriters {
+		t.Errorf("the load finished only %d copies: not enough to check", checked)
+	}
+	final, err := c.status(t.Context())
+	if err != nil {
+		t.Fatalf("status after the scenario: %v", err)
+	}
+	if diffs := compareReplicas(final); len(diffs) > 0 {
+		res.check += fmt.Sprintf("; %d chunk copies differ", len(diffs))
+		t.Errorf("chain members hold different data after the resync:\n%s", strings.Join(diffs, "\n"))
+	} else {
+		res.check += "; both copies identical"
+	}
+	r.notef("longest load copy %v", longest.Round(100*time.Millisecond))
+}
+
+// inject fails something and records when.
+func (r *run) inject(what string, fail func() error) {
+	r.t.Helper()
+	r.injected = time.Now()
+	if err := fail(); err != nil {
+		r.t.Fatalf("injecting %q: %v", what, err)
+	}
+	r.t.Logf("+0.0s injected: %s", what)
+}
+
+// heal repairs what inject broke and records when.
+func (r *run) heal(what string, repair func() error) {
+	r.t.Helper()
+	r.healed = time.Now()
+	if err := repair(); err != nil {
+		r.t.Fatalf("healing %q: %v", what, err)
+	}
+	r.t.Logf("+%.1fs healed: %s", r.since(r.healed), what)
+}
+
+// since is seconds from the injection to t.
+func (r *run) since(t time.Time) float64 { return t.Sub(r.injected).Seconds() }
+
+func (r *run) sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+
+// notef adds a note to the scenario's row.
+func (r *run) notef(format string, args ...any) {
+	r.res.notes = append(r.res.notes, fmt.Sprintf(format, args...))
+}
+
+// changed reports whether a chain differs from before the failure: a
+// version moved on or a member is out.
+func (r *run) changed(st *status) bool {
+	if st.anyOffline() {
+		return true
+	}
+	base := r.base.versions()
+	for id, v := range st.versions() {
+		if v != base[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFailover waits until the status shows srv1 (or whichever server)
+// taken out of its chains, and returns that status.
+func (r *run) waitFailover() *status {
+	r.t.Helper()
+	st := r.mon.waitFor(r.injected, failoverTimeout, func(st *status) bool { return st.anyOffline() })
+	if st == nil {
+		r.t.Fatalf("no failover within %v of the failure; last status: %s", failoverTimeout, r.mon.latest())
+	}
+	r.t.Logf("+%.1fs failover in status: %s", r.since(st.at), st)
+	return st
+}
+
+// waitFenced waits for the fence outcome of a host's storage server and
+// returns its summary.
+func (r *run) waitFenced(host string) string {
+	r.t.Helper()
+	st := r.mon.waitFor(r.injected, fenceTimeout, func(st *status) bool {
+		for _, f := range st.Fencing {
+			if st.hostOfServer(f.Server) == host {
+				return true
+			}
+		}
+		return false
+	})
+	if st == nil {
+		r.t.Fatalf("no fence outcome for %s within %v", host, fenceTimeout)
+	}
+	for _, f := range st.Fencing {
+		if st.hostOfServer(f.Server) == host {
+			r.t.Logf("+%.1fs fencing: %s (fenced %v)", r.since(st.at), f.Summary, f.Fenced)
+			if !f.Fenced {
+				r.t.Errorf("%s not fenced: %s", host, f.Summary)
+			}
+			return f.Summary
+		}
+	}
+	panic("unreachable")
+}
+
+// measureFailover times the first change of the chains after the
+// injection and checks it against the scenario's expectation.
+func (r *run) measureFailover() {
+	r.t.Helper()
+	st := r.mon.first(r.injected, r.changed)
+	if st == nil && r.sc.failover {
+		// The change may show a moment after the heal (a hang).
+		st = r.mon.waitFor(r.injected, failoverTimeout, r.changed)
+	}
+	switch {
+	case st == nil && r.sc.failover:
+		r.t.Errorf("no failover: the chains never changed; last status: %s", r.mon.latest())
+	case st != nil && !r.sc.failover:
+		r.t.Errorf("failover where none is expected, %.1fs after the failure: %s", r.since(st.at), st)
+	}
+	if st == nil {
+		return
+	}
+	r.failover = st
+	r.res.detect = st.at.Sub(r.injected)
+	before, after := r.base.heads(), st.heads()
+	for id, h := range before {
+		if after[id] != h && after[id] != 0 {
+			r.res.moved = true
+		}
+	}
+}
+
+// waitRecovered waits for the cluster to be whole again after the heal:
+// every member serving (the failed server resynced) where there was a
+// failover, and otherwise a few seconds in which still nothing changes.
+func (r *run) waitRecovered() {
+	r.t.Helper()
+	if r.failover == nil {
+		r.sleepUntil(r.healed.Add(settle))
+		for _, st := range r.mon.all(r.injected) {
+			if r.changed(st) {
+				r.t.Errorf("chains changed %.1fs after the failure, where nothing should: %s", r.since(st.at), st)
+				break
+			}
+		}
+		return
+	}
+	st := r.mon.waitFor(r.healed, resyncTimeout, func(st *status) bool {
+		return st.allServing() && len(st.replicated()) == targetsPerServer && st.onlineServers() == len(storageHosts)
+	})
+	if st == nil {
+		r.c.dumpGoroutines()
+		r.t.Fatalf("chains not all serving %v after the heal; last status: %s", resyncTimeout, r.mon.latest())
+	}
+	r.res.resync = st.at.Sub(r.healed)
+	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
+}
+
+// checkTwoCopies checks with `tandem stripe get --json` that a file has
+// two copies, on different servers.
+func checkTwoCopies(c *cluster, path string) {
+	c.t.Helper()
+	out, err := exec.Command(c.bin, "stripe", "get", "--json", path).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("stripe get %s: %v: %s", path, err, out)
+	}
+	var l struct {
+		Replicas uint32 `json:"replicas"`
+		Copies   []struct {
+			Targets []uint32 `json:"targets"`
+		} `json:"copies"`
+	}
+	if err := json.Unmarshal(out, &l); err != nil {
+		c.t.Fatalf("stripe get --json %s: %v: %s", path, err, out)
+	}
+	if l.Replicas != 2 || len(l.Copies) == 0 {
+		c.t.Fatalf("%s has %d replicas in %d chains, want 2 copies: %s", path, l.Replicas, len(l.Copies), out)
+	}
+	for _, cp := range l.Copies {
+		if len(cp.Targets) != 2 {
+			c.t.Fatalf("%s: a chain with %d members, want 2: %s", path, len(cp.Targets), out)
+		}
+	}
+}
+
+// compareReplicas compares, chain by chain, the chunk files that the
+// members of each replicated chain hold (their chain stores,
+// <target>/chains/<chain>/chunks, see internal/storage): after a resync
+// every copy must be the same. Checksum sidecars are not compared, since
+// their "previous" slots record each member's own history.
+func compareReplicas(st *status) []string {
+	var diffs []string
+	for _, ch := range st.replicated() {
+		var ref map[string]string
+		var refTarget uint32
+		for _, tg := range ch.Targets {
+			dir := filepath.Join(st.targetPath(tg), "chains", fmt.Sprint(ch.ID), "chunks")
+			files, err := chunkFiles(dir)
+			if err != nil {
+				diffs = append(diffs, fmt.Sprintf("chain %d target %d: %v", ch.ID, tg, err))
+				continue
+			}
+			if ref == nil {
+				ref, refTarget = files, tg
+				continue
+			}
+			for _, name := range slices.Sorted(mapsKeys(ref, files)) {
+				if a, b := ref[name], files[name]; a != b {
+					diffs = append(diffs, fmt.Sprintf("chain %d chunk %s: target %d has %s, target %d has %s",
+						ch.ID, name, refTarget, orMissing(a), tg, orMissing(b)))
+				}
+			}
+		}
+	}
+	if len(diffs) > 20 {
+		diffs = append(diffs[:20], fmt.Sprintf("... and %d more", len(diffs)-20))
+	}
+	return diffs
+}
+
+// chunkFiles maps each chunk file under dir (sidecars excluded) to a
+// digest of its contents.
+func chunkFiles(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) && path == dir {
+			return filepath.SkipDir // no chunk of this chain yet
+		}
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".sum") {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		sum, err := digest(path)
+		out[rel] = sum
+		return err
+	})
+	return out, err
+}
+
+func orMissing(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func mapsKeys(a, b map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range a {
+			if !yield(k) {
+				return
+			}
+		}
+		for k := range b {
+			if _, dup := a[k]; !dup && !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isSignaled reports whether a process ended by a signal (the PDU's kill).
+func isSignaled(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled()
+		}
+	}
+	return false
+}

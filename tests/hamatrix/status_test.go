@@ -1,0 +1,315 @@
+package hamatrix
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// status is the part of `tandem status --json` the matrix reads.
+type status struct {
+	Meta struct {
+		Replicas []struct {
+			Addr  string `json:"addr"`
+			State string `json:"state"`
+		} `json:"replicas"`
+	} `json:"meta"`
+	Servers []struct {
+		ID   uint32 `json:"id"`
+		Addr string `json:"addr"`
+	} `json:"servers"`
+	Targets []struct {
+		ID     uint32 `json:"id"`
+		Server uint32 `json:"server"`
+		Path   string `json:"path"`
+		State  string `json:"state"`
+	} `json:"targets"`
+	Chains  []chain `json:"chains"`
+	Resyncs []struct {
+		Chain   uint32 `json:"chain"`
+		Target  uint32 `json:"target"`
+		Percent uint32 `json:"percent"`
+		Copied  uint64 `json:"chunks_copied"`
+	} `json:"resyncs"`
+	Fencing []struct {
+		Server  uint32 `json:"server"`
+		Fenced  bool   `json:"fenced"`
+		Summary string `json:"summary"`
+	} `json:"fencing"`
+
+	at     time.Time                // when the answer came
+	leader string                   // the address of the replica that answered
+	hostOf func(addr string) string // lab host of a server address
+}
+
+// chain is one chain of the cluster map: members head first, each with its
+// state (serving, syncing, offline).
+type chain struct {
+	ID      uint32   `json:"id"`
+	Version uint32   `json:"version"`
+	Targets []uint32 `json:"targets"`
+	States  []string `json:"states"`
+}
+
+// head is the target that serves the chain: its first serving member.
+func (c chain) head() uint32 {
+	for i, s := range c.States {
+		if s == "serving" {
+			return c.Targets[i]
+		}
+	}
+	return 0
+}
+
+func (c chain) String() string {
+	ms := make([]string, len(c.Targets))
+	for i, t := range c.Targets {
+		ms[i] = fmt.Sprintf("%d:%s", t, c.States[i])
+	}
+	return fmt.Sprintf("chain %d v%d [%s]", c.ID, c.Version, strings.Join(ms, " "))
+}
+
+func (st *status) String() string {
+	if st == nil {
+		return "none"
+	}
+	var cs []string
+	for _, c := range st.replicated() {
+		cs = append(cs, c.String())
+	}
+	var ts []string
+	for _, t := range st.Targets {
+		ts = append(ts, fmt.Sprintf("%d@%s:%s", t.ID, st.hostOfServer(t.Server), t.State))
+	}
+	for _, r := range st.Resyncs {
+		cs = append(cs, fmt.Sprintf("resync chain %d -> target %d %d%% (%d chunks copied)", r.Chain, r.Target, r.Percent, r.Copied))
+	}
+	return fmt.Sprintf("leader %s; targets %s; %s", st.leader, strings.Join(ts, " "), strings.Join(cs, "; "))
+}
+
+// replicated are the chains with two members or more.
+func (st *status) replicated() []chain {
+	var out []chain
+	for _, c := range st.Chains {
+		if len(c.Targets) > 1 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// allServing reports whether every member of every replicated chain serves.
+func (st *status) allServing() bool {
+	for _, c := range st.replicated() {
+		for _, s := range c.States {
+			if s != "serving" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// anyOffline reports whether a member of a replicated chain is offline:
+// its server has been failed over.
+func (st *status) anyOffline() bool {
+	for _, c := range st.replicated() {
+		if slices.Contains(c.States, "offline") {
+			return true
+		}
+	}
+	return false
+}
+
+// versions are the replicated chains' versions by chain ID.
+func (st *status) versions() map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	for _, c := range st.replicated() {
+		out[c.ID] = c.Version
+	}
+	return out
+}
+
+// heads are the replicated chains' heads by chain ID.
+func (st *status) heads() map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	for _, c := range st.replicated() {
+		out[c.ID] = c.head()
+	}
+	return out
+}
+
+// onlineServers counts the servers all of whose targets are online.
+func (st *status) onlineServers() int {
+	n := 0
+	for _, s := range st.Servers {
+		online := false
+		for _, t := range st.Targets {
+			if t.Server == s.ID {
+				online = t.State == "online"
+				if !online {
+					break
+				}
+			}
+		}
+		if online {
+			n++
+		}
+	}
+	return n
+}
+
+// replicasUp counts the metadata replicas that lead or follow.
+func (st *status) replicasUp() int {
+	n := 0
+	for _, r := range st.Meta.Replicas {
+		if r.State == "leader" || r.State == "follower" {
+			n++
+		}
+	}
+	return n
+}
+
+// hostOfServer names the lab host of a storage server.
+func (st *status) hostOfServer(id uint32) string {
+	for _, s := range st.Servers {
+		if s.ID == id && st.hostOf != nil {
+			return st.hostOf(s.Addr)
+		}
+	}
+	return fmt.Sprintf("server%d", id)
+}
+
+// hostOfTarget names the lab host of a target.
+func (st *status) hostOfTarget(id uint32) string {
+	for _, t := range st.Targets {
+		if t.ID == id {
+			return st.hostOfServer(t.Server)
+		}
+	}
+	return fmt.Sprintf("target%d", id)
+}
+
+// targetPath is the directory of a target.
+func (st *status) targetPath(id uint32) string {
+	for _, t := range st.Targets {
+		if t.ID == id {
+			return t.Path
+		}
+	}
+	return ""
+}
+
+// servingHosts are the hosts that still have a serving member in some
+// replicated chain.
+func (st *status) servingHosts() []string {
+	var out []string
+	for _, c := range st.replicated() {
+		for i, s := range c.States {
+			if h := st.hostOfTarget(c.Targets[i]); s == "serving" && !slices.Contains(out, h) {
+				out = append(out, h)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// monitor polls the cluster status in the background for the whole of a
+// scenario, so that changes are timed against the moment of injection.
+type monitor struct {
+	c      *cluster
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	snaps []*status
+	errs  int // polls without a leader's answer
+}
+
+// pollEvery is the interval between two status polls; each poll costs a
+// process start on cli, and the cluster's reactions are measured to this
+// resolution.
+const pollEvery = 150 * time.Millisecond
+
+func startMonitor(c *cluster) *monitor {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &monitor{c: c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for ctx.Err() == nil {
+			st, err := c.status(ctx)
+			m.mu.Lock()
+			if err == nil {
+				m.snaps = append(m.snaps, st)
+			} else if ctx.Err() == nil {
+				m.errs++
+			}
+			m.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(pollEvery):
+			}
+		}
+	}()
+	return m
+}
+
+// stop ends the polling.
+func (m *monitor) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// latest is the newest status seen, or nil.
+func (m *monitor) latest() *status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.snaps) == 0 {
+		return nil
+	}
+	return m.snaps[len(m.snaps)-1]
+}
+
+// first returns the first status seen after since for which cond holds.
+func (m *monitor) first(since time.Time, cond func(*status) bool) *status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.snaps {
+		if st.at.After(since) && cond(st) {
+			return st
+		}
+	}
+	return nil
+}
+
+// all returns every status seen after since.
+func (m *monitor) all(since time.Time) []*status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*status
+	for _, st := range m.snaps {
+		if st.at.After(since) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// waitFor waits until a status seen after since satisfies cond, and
+// returns it, or nil after timeout.
+func (m *monitor) waitFor(since time.Time, timeout time.Duration, cond func(*status) bool) *status {
+	deadline := time.Now().Add(timeout)
+	for {
+		if st := m.first(since, cond); st != nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
