@@ -219,16 +219,17 @@ func failedTargets(r reader) (map[uint32]string, error) {
 	return out, it.Error()
 }
 
-// resyncRegistered makes the serving members of a server that registers
-// (it restarted) syncing, unless they are their chain's last serving
-// member: its targets may have missed writes since the leader last heard
-// it, or be new, empty disks in place of dead ones (tandem target
-// replace), and the resync compares them with the head and copies what
-// differs.
-func (t *tx) resyncRegistered(id uint32) error {
+// resyncTargets makes the given targets' serving members syncing, unless
+// they are their chain's last serving member, with no known time since
+// which they are out of date (a resync then copies everything that
+// differs in size or is missing, plus what changed in the last minute).
+// Used for fresh disks that replace dead ones, and by the leader for a
+// restarted server whose chain partners are alive (it may have missed
+// changes while down, or hold an empty new disk).
+func (t *tx) resyncTargets(server uint32, which map[uint32]bool) error {
 	nowMs := t.now / 1e6
-	return t.updateChains(id, func(c *proto.Chain, m int) bool {
-		if c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
+	return t.updateChains(server, func(c *proto.Chain, m int) bool {
+		if !which[c.Targets[m]] || c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
 			return false
 		}
 		c.States[m] = proto.MemberSyncing

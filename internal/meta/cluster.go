@@ -121,7 +121,11 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 		t.b.Set(u32Key(prefixTarget, tg.ID), marshalTarget(tg), nil)
 		reply.TargetIDs = append(reply.TargetIDs, tg.ID)
 	}
-	if err := t.resyncRegistered(srv.ID); err != nil {
+	fresh := map[uint32]bool{}
+	for i, ti := range r.Targets {
+		fresh[reply.TargetIDs[i]] = ti.Fresh
+	}
+	if err := t.resyncTargets(srv.ID, fresh); err != nil {
 		return err
 	}
 	if err := t.formChains(); err != nil {

@@ -75,6 +75,55 @@ func (s *Service) checkServers(leaderSince time.Time) {
 	}
 }
 
+// afterRegistration resyncs the members of a server that registered (it
+// restarted) in the chains where another serving member is alive: it may
+// have missed changes while it was down, within the failure timeout, or
+// hold an empty new disk. Where no partner is alive (the whole cluster
+// restarts) its copies are the ones to serve. The registration is
+// answered only after this commits, and the server serves replicated
+// chains only once its first heartbeat is acknowledged, after it loaded
+// the map: it never serves as an up-to-date member it is not.
+func (s *Service) afterRegistration(reply []byte) error {
+	var rep proto.RegisterServerReply
+	d := wire.NewDec(reply)
+	rep.Decode(d)
+	if d.Finish() != nil {
+		return nil
+	}
+	m, err := s.clusterMap()
+	if err != nil {
+		return err
+	}
+	server := serverOfTarget(m)
+	alive := func(srv uint32) bool {
+		seen := s.live.lastPublic(srv)
+		return !seen.IsZero() && time.Since(seen) < s.cfg.FailureTimeout
+	}
+	var targets []uint32
+	for _, c := range m.Chains {
+		if len(c.Targets) < 2 {
+			continue
+		}
+		for i, t := range c.Targets {
+			if server[t] != rep.ServerID || c.States[i] != proto.MemberServing {
+				continue
+			}
+			for j, p := range c.Targets {
+				if j != i && c.States[j] == proto.MemberServing && server[p] != rep.ServerID && alive(server[p]) {
+					targets = append(targets, t)
+					break
+				}
+			}
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	s.logf("storage server %d registered again: resyncing its targets %v from their live partners", rep.ServerID, targets)
+	_, err = s.propose(opResyncTargets, func(e *wire.Enc) { e.U32(rep.ServerID); e.U32s(targets) })
+	return err
+}
+
 // fenceServer runs the fence agents of a server that was failed over, in
 // the background: the chain versions and the server's expired lease already
 // keep it from doing harm, so failover need not wait for a slow iDRAC.

@@ -22,8 +22,9 @@ import (
 const (
 	opInitRoot uint16 = 200 + iota
 	opGCDone
-	opFailServer   // the leader found a storage server silent: take it out of its chains
-	opRejoinServer // a failed server is back: its chain members start to resync
+	opFailServer    // the leader found a storage server silent: take it out of its chains
+	opRejoinServer  // a failed server is back: its chain members start to resync
+	opResyncTargets // a restarted server's members resync from their live partners
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -198,6 +199,15 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opRejoinServer:
 		id := d.U32()
 		return decoded(d, func() error { return t.rejoinServer(id) })
+	case opResyncTargets:
+		id, targets := d.U32(), d.U32s(1024)
+		return decoded(d, func() error {
+			which := map[uint32]bool{}
+			for _, tg := range targets {
+				which[tg] = true
+			}
+			return t.resyncTargets(id, which)
+		})
 	case proto.OpTargetFailed:
 		var r proto.TargetFailedReq
 		r.Decode(d)

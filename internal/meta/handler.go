@@ -49,6 +49,11 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		if err != nil {
 			return err
 		}
+		if op == proto.OpRegisterServer {
+			if err := s.afterRegistration(reply); err != nil {
+				return err
+			}
+		}
 		out.B = append(out.B, reply...)
 		return nil
 	}

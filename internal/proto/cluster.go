@@ -216,6 +216,9 @@ type TargetInfo struct {
 	TotalBytes uint64
 	FreeBytes  uint64
 	Device     uint64 // st_dev of the target directory
+	// Fresh marks a new disk in place of a dead target: its chains copy
+	// everything to it.
+	Fresh bool
 }
 
 func (t *TargetInfo) Encode(e *wire.Enc) {
@@ -224,6 +227,7 @@ func (t *TargetInfo) Encode(e *wire.Enc) {
 	e.U64(t.TotalBytes)
 	e.U64(t.FreeBytes)
 	e.U64(t.Device)
+	e.Bool(t.Fresh)
 }
 
 func (t *TargetInfo) Decode(d *wire.Dec) {
@@ -232,6 +236,7 @@ func (t *TargetInfo) Decode(d *wire.Dec) {
 	t.TotalBytes = d.U64()
 	t.FreeBytes = d.U64()
 	t.Device = d.U64()
+	t.Fresh = d.Bool()
 }
 
 // RegisterServerReq announces a storage server and its targets. It is sent

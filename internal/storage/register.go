@@ -44,7 +44,7 @@ func (s *Service) sleep(d time.Duration) bool {
 func (s *Service) targetInfos() []proto.TargetInfo {
 	infos := make([]proto.TargetInfo, len(s.targets))
 	for i, tg := range s.targets {
-		infos[i] = proto.TargetInfo{UUID: tg.UUID(), Path: tg.Dir(), Device: deviceOf(tg.Dir())}
+		infos[i] = proto.TargetInfo{UUID: tg.UUID(), Path: tg.Dir(), Device: deviceOf(tg.Dir()), Fresh: tg.Replacement()}
 		total, free, err := tg.Capacity()
 		if err != nil {
 			s.logf("storage: target %s: capacity: %v", tg.Dir(), err)
@@ -82,6 +82,11 @@ func (s *Service) register() bool {
 			return false
 		}
 		ids = append(ids, fmt.Sprintf("%s=%d", tg.Dir(), rep.TargetIDs[i]))
+		if req.Targets[i].Fresh {
+			if err := tg.ClearReplacement(); err != nil {
+				s.logf("storage: %v", err)
+			}
+		}
 	}
 	s.indexTargets()
 	s.serverID.Store(rep.ServerID)

@@ -41,6 +41,10 @@ type targetMeta struct {
 	Format   int    `json:"format"`
 	UUID     string `json:"uuid"`
 	TargetID uint32 `json:"target_id,omitempty"`
+	// Replacement marks a new disk formatted in place of a dead target
+	// (FormatReplacement), until its first registration: its chains must
+	// copy everything to it.
+	Replacement bool `json:"replacement,omitempty"`
 }
 
 // Target is the chunk engine of one storage target. It is safe for
@@ -52,9 +56,10 @@ type Target struct {
 	logf func(format string, args ...any)
 	lock io.Closer
 
-	metaMu sync.Mutex // serializes target.json rewrites
-	uuid   string
-	id     atomic.Uint32
+	metaMu      sync.Mutex // serializes target.json rewrites
+	uuid        string
+	id          atomic.Uint32
+	replacement atomic.Bool
 
 	cache  *chunkCache
 	closed atomic.Bool
@@ -123,6 +128,7 @@ func (t *Target) loadOrFormat(names []string) error {
 		}
 		t.uuid = m.UUID
 		t.id.Store(m.TargetID)
+		t.replacement.Store(m.Replacement)
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
@@ -158,6 +164,7 @@ func FormatReplacement(dir, uuid string, id uint32) error {
 		return fmt.Errorf("replacement target: bad identity %q/%d", uuid, id)
 	}
 	t := &Target{dir: filepath.Clean(dir), fs: OSFS{}, uuid: uuid}
+	t.replacement.Store(true)
 	if err := t.makeChunkDirs(); err != nil {
 		return err
 	}
@@ -175,7 +182,7 @@ func (t *Target) makeChunkDirs() error {
 }
 
 func (t *Target) writeMeta(id uint32) error {
-	b, err := json.MarshalIndent(targetMeta{Format: FormatVersion, UUID: t.uuid, TargetID: id}, "", "  ")
+	b, err := json.MarshalIndent(targetMeta{Format: FormatVersion, UUID: t.uuid, TargetID: id, Replacement: t.replacement.Load()}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -199,6 +206,26 @@ func (t *Target) Dir() string { return t.dir }
 
 // ID is the target ID the metadata service assigned, 0 if none yet.
 func (t *Target) ID() uint32 { return t.id.Load() }
+
+// Replacement reports whether the target is a new disk in place of a dead
+// one that has not registered yet.
+func (t *Target) Replacement() bool { return t.replacement.Load() }
+
+// ClearReplacement records that the replacement disk has registered (its
+// chains have taken it in for a full copy).
+func (t *Target) ClearReplacement() error {
+	t.metaMu.Lock()
+	defer t.metaMu.Unlock()
+	if !t.replacement.Load() {
+		return nil
+	}
+	t.replacement.Store(false)
+	if err := t.writeMeta(t.id.Load()); err != nil {
+		t.replacement.Store(true)
+		return fmt.Errorf("target %s: %w", t.dir, err)
+	}
+	return nil
+}
 
 // SetID records the target ID the metadata service assigned, durably, so a
 // restarted server serves under it before it has re-registered.
