@@ -1,6 +1,11 @@
 package proto
 
-import "tandemfs/internal/wire"
+import (
+	"maps"
+	"slices"
+
+	"tandemfs/internal/wire"
+)
 
 // Target states.
 const (
@@ -422,9 +427,9 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 		e.String(f.Summary)
 	}
 	e.U32(uint32(len(r.PrivateSeenMs)))
-	for id, ms := range r.PrivateSeenMs {
+	for _, id := range slices.Sorted(maps.Keys(r.PrivateSeenMs)) { // deterministic bytes
 		e.U32(id)
-		e.I64(ms)
+		e.I64(r.PrivateSeenMs[id])
 	}
 }
 
