@@ -211,38 +211,80 @@ func (r *resyncRun) bucket(b uint8) error {
 	if err != nil {
 		return err
 	}
-	copied := map[uint64][]uint64{}
+	var todo []chunkKey
 	i, j := 0, 0
 	for i < len(mine) || j < len(theirs) {
-		var k chunkKey
 		switch {
 		case j == len(theirs) || (i < len(mine) && less(mine[i], theirs[j])):
-			k = chunkKey{mine[i].Ino, mine[i].Index}
+			todo = append(todo, chunkKey{mine[i].Ino, mine[i].Index})
 			i++
 		case i == len(mine) || less(theirs[j], mine[i]):
-			k = chunkKey{theirs[j].Ino, theirs[j].Index}
+			todo = append(todo, chunkKey{theirs[j].Ino, theirs[j].Index})
 			j++
 		default: // on both
-			same := mine[i].Size == theirs[j].Size && mine[i].MtimeMs < r.since
-			k = chunkKey{mine[i].Ino, mine[i].Index}
-			i, j = i+1, j+1
-			if same {
+			if mine[i].Size != theirs[j].Size || mine[i].MtimeMs >= r.since {
+				todo = append(todo, chunkKey{mine[i].Ino, mine[i].Index})
+			} else {
 				r.job.update(func(p *proto.ResyncProgress) { p.Chunks++ })
-				continue
 			}
+			i, j = i+1, j+1
 		}
-		n, err := r.copyChunk(k)
-		if err != nil {
-			return err
-		}
-		copied[k.ino] = append(copied[k.ino], k.idx)
-		r.job.update(func(p *proto.ResyncProgress) {
-			p.Chunks++
-			p.Copied++
-			p.Bytes += uint64(n)
-		})
+	}
+	copied, err := r.copyAll(todo)
+	if err != nil {
+		return err
 	}
 	return r.syncMember(copied)
+}
+
+// resyncWorkers is how many chunks a resync copies at once: enough to keep
+// the network and both disks busy while one chunk waits on another.
+const resyncWorkers = 4
+
+// copyAll copies the chunks in todo, resyncWorkers at a time, and returns
+// them by file.
+func (r *resyncRun) copyAll(todo []chunkKey) (map[uint64][]uint64, error) {
+	var mu sync.Mutex
+	copied := map[uint64][]uint64{}
+	var firstErr error
+	next := make(chan chunkKey)
+	var wg sync.WaitGroup
+	for range min(resyncWorkers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				n, err := r.copyChunk(k)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					copied[k.ino] = append(copied[k.ino], k.idx)
+				}
+				mu.Unlock()
+				if err == nil {
+					r.job.update(func(p *proto.ResyncProgress) {
+						p.Chunks++
+						p.Copied++
+						p.Bytes += uint64(n)
+					})
+				}
+			}
+		}()
+	}
+	for _, k := range todo {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return copied, firstErr
 }
 
 func less(a, b proto.ChunkStat) bool {
