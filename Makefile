@@ -4,7 +4,7 @@ BIN     := bin/tandem
 DATA    ?= ./tandem-data
 MNT     ?= ./mnt
 
-.PHONY: all build up down status test test-short deps clean
+.PHONY: all build up down status test test-short test-ha deps clean
 
 all: build
 
@@ -25,6 +25,13 @@ status:
 # real FUSE mounts of real multi-process clusters, all with the race detector.
 test: deps
 	scripts/test.sh
+
+# The high-availability failure matrix (docs/ha.md, tests/hamatrix): every
+# scenario on real clusters in network namespaces, as root, ~4 minutes.
+# HA_MATRIX_REPORT=FILE writes the results as a markdown table.
+test-ha: deps
+	HA_MATRIX=full HA_MATRIX_REPORT=$(if $(HA_MATRIX_REPORT),$(abspath $(HA_MATRIX_REPORT))) \
+		$(GO) test -v -count=1 -timeout 30m ./tests/hamatrix/
 
 deps:
 	scripts/install-deps.sh

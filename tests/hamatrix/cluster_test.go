@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -450,6 +452,46 @@ func (c *cluster) waitReplicas() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// waitAllReplicas checks that every metadata replica leads or follows
+// again, a restarted or reconnected one included.
+func (c *cluster) waitAllReplicas() {
+	c.t.Helper()
+	deadline := time.Now().Add(upTimeout)
+	for {
+		st, err := c.statusFrom(context.Background(), strings.Join(c.metaAddrs(), ","))
+		if err == nil && st.replicasUp() == len(metaHosts) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("metadata replicas not all back within %v: %v %v", upTimeout, st, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The lines a chain head logs when a resync is done or stops early.
+var (
+	resyncDoneRE    = regexp.MustCompile(`resync of target \d+ in chain \d+ done in \S+: \d+ chunks examined, (\d+) copied \((\d+) bytes\)`)
+	resyncStoppedRE = regexp.MustCompile(`resync of target \d+ in chain \d+ stopped: `)
+)
+
+// resyncsDone sums up, from the storage servers' logs, the chunks and
+// bytes that finished resyncs copied, and counts resyncs that stopped
+// before the end (and were started again).
+func (c *cluster) resyncsDone() (chunks, bytes int64, stopped int) {
+	for _, h := range storageHosts {
+		data, _ := os.ReadFile(c.logPath("storage", h))
+		for _, m := range resyncDoneRE.FindAllSubmatch(data, -1) {
+			n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			b, _ := strconv.ParseInt(string(m[2]), 10, 64)
+			chunks, bytes = chunks+n, bytes+b
+		}
+		stopped += len(resyncStoppedRE.FindAllIndex(data, -1))
+	}
+	return chunks, bytes, stopped
 }
 
 // statusFrom runs `tandem status --json` against the replicas in addrs

@@ -27,17 +27,16 @@ type loadSize struct {
 // scenario out of the mount with dd, again and again. Every finished copy
 // is checked with `tandem stream check` afterwards.
 type load struct {
-	c        *cluster
-	size     loadSize
-	stopNew  chan struct{}      // closed: start no new copy
-	kill     context.CancelFunc // kills copies in flight (test cleanup)
-	ctx      context.Context
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	copies   []string // finished copies, to check
-	errs     []error
-	longest  time.Duration // the slowest copy
-	finished int
+	c       *cluster
+	stopNew chan struct{}      // closed: start no new copy
+	kill    context.CancelFunc // kills copies in flight (test cleanup)
+	ctx     context.Context
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	copies  []string // finished copies, to check
+	errs    []error
+	longest time.Duration // the slowest copy
 }
 
 const loadWriters = 2
@@ -58,7 +57,7 @@ func writePre(c *cluster, size string) string {
 // startLoad starts the writers and the reader.
 func startLoad(c *cluster, size loadSize) *load {
 	ctx, kill := context.WithCancel(context.Background())
-	l := &load{c: c, size: size, stopNew: make(chan struct{}), kill: kill, ctx: ctx}
+	l := &load{c: c, stopNew: make(chan struct{}), kill: kill, ctx: ctx}
 	cleanup(c.t, "stopping the load", func() { l.kill(); l.wg.Wait() })
 	for w := 1; w <= loadWriters; w++ {
 		l.loop(func(i int) (string, []string) {
@@ -95,7 +94,6 @@ func (l *load) loop(next func(i int) (out string, argv []string)) {
 				l.errs = append(l.errs, fmt.Errorf("%s after %v: %v: %s", filepath.Base(out), took.Round(time.Millisecond), err, strings.TrimSpace(string(res))))
 			} else {
 				l.copies = append(l.copies, out)
-				l.finished++
 			}
 			l.longest = max(l.longest, took)
 			l.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 // scenario is one row of the failure matrix.
 type scenario struct {
 	num   int
+	id    string // the subtest's name after the number
 	name  string // what fails, as the table says it
 	short bool   // part of the short form that `go test` runs by default
 	// failover says whether the metadata leader must take srv1's members
@@ -30,8 +31,16 @@ type scenario struct {
 }
 
 // hold is how long a failure that heals by itself (a hang, a cable, a
-// switch) lasts: well past the 4 s failure timeout.
-const hold = 10 * time.Second
+// switch) lasts: well past the 4 s failure timeout. HA_MATRIX_HOLD (a
+// duration) changes it, to see how stalls grow with the failure.
+var hold = holdDuration()
+
+func holdDuration() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("HA_MATRIX_HOLD")); err == nil && d > 0 {
+		return d
+	}
+	return 10 * time.Second
+}
 
 // scenarios is the matrix of NSS-HA section 4.3 (server failure, heartbeat
 // link, public link, private switch, fence device) plus a hang and a double
@@ -41,7 +50,7 @@ const hold = 10 * time.Second
 // processes yet, so it is not in the matrix.
 var scenarios = []scenario{
 	{
-		num: 1, name: "server crash (kill -9 of everything on srv1)", short: true, failover: true,
+		num: 1, id: "server_crash", name: "server crash (kill -9 of everything on srv1)", short: true, failover: true,
 		act: func(r *run) {
 			r.inject("kill -9 of every process on srv1", func() error { return r.c.host("srv1").KillAll() })
 			r.waitFailover()
@@ -52,7 +61,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 2, name: "server hang (SIGSTOP of everything on srv1 for 10 s)", failover: true,
+		num: 2, id: "server_hang", name: "server hang (SIGSTOP of everything on srv1 for " + hold.String() + ")", failover: true,
 		act: func(r *run) {
 			r.inject("SIGSTOP of every process on srv1", func() error {
 				return firstErr(r.c.proc("meta", "srv1").Stop(), r.c.proc("storage", "srv1").Stop())
@@ -64,7 +73,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 3, name: "heartbeat (private) link of srv1 down for 10 s", short: true,
+		num: 3, id: "private_link_down", name: "heartbeat (private) link of srv1 down for " + hold.String(), short: true,
 		act: func(r *run) {
 			r.inject("pull srv1's private cable", func() error { return r.c.host("srv1").LinkDown(netlab.Private) })
 			r.sleepUntil(r.injected.Add(hold))
@@ -72,7 +81,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 4, name: "public link of srv1 down for 10 s", failover: true,
+		num: 4, id: "public_link_down", name: "public link of srv1 down for " + hold.String(), failover: true,
 		act: func(r *run) {
 			r.inject("pull srv1's public cable", func() error { return r.c.host("srv1").LinkDown(netlab.Public) })
 			r.sleepUntil(r.injected.Add(hold))
@@ -80,7 +89,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 5, name: "private switch down for 10 s",
+		num: 5, id: "private_switch_down", name: "private switch down for " + hold.String(),
 		act: func(r *run) {
 			r.inject("switch off the private switch", func() error { return r.c.lab.SwitchDown(netlab.Private) })
 			r.sleepUntil(r.injected.Add(hold))
@@ -88,8 +97,13 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 6, name: "primary fence agent (iDRAC) fails; srv1's storage server hangs", short: true, failover: true, fence: true,
+		num: 6, id: "fence_agent_fails", name: "primary fence agent (iDRAC) fails; srv1's storage server hangs", short: true, failover: true, fence: true,
 		act: func(r *run) {
+			// The fence agents run on the metadata leader; the PDU would
+			// power it off with srv1.
+			if h := r.c.hostOfAddr(r.base.leader); h == "srv1" {
+				r.t.Fatalf("the metadata leader moved to srv1")
+			}
 			r.inject("SIGSTOP of srv1's storage server", func() error { return r.c.proc("storage", "srv1").Stop() })
 			r.waitFailover()
 			f := r.waitFenced("srv1")
@@ -109,7 +123,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		num: 7, name: "double failure: kill -9 of both storage servers", failover: true, blocks: true,
+		num: 7, id: "double_failure", name: "double failure: kill -9 of both storage servers", failover: true, blocks: true,
 		act: func(r *run) {
 			r.inject("kill -9 of the storage servers on srv1 and srv2", func() error {
 				return firstErr(r.c.proc("storage", "srv1").Kill9(), r.c.proc("storage", "srv2").Kill9())
@@ -184,7 +198,7 @@ func TestHAMatrix(t *testing.T) {
 	var results []*result
 	t.Cleanup(func() { writeReport(t, results) })
 	for _, sc := range scenarios {
-		t.Run(fmt.Sprintf("%d", sc.num), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_%s", sc.num, sc.id), func(t *testing.T) {
 			if !sc.selected() {
 				t.Skip("not in the short form; HA_MATRIX=full runs it")
 			}

@@ -43,6 +43,10 @@ type run struct {
 	mon *monitor
 	res *result
 
+	pre    string // the stream written before the load, which it reads
+	load   *load
+	probes []*probe
+
 	base     *status // before the failure
 	injected time.Time
 	healed   time.Time
@@ -64,83 +68,112 @@ type result struct {
 	measured bool // the scenario got as far as measuring
 }
 
-// runScenario brings up a cluster, starts the load, lets the scenario
+// runScenario brings up a cluster and starts the load, lets the scenario
 // inject and heal its failure, waits for the cluster to recover, and
-// checks every copy.
+// checks every copy of the data.
 func runScenario(t *testing.T, sc scenario, res *result) {
 	res.detect, res.resync = -1, -1
-	c := startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence})
-	sz := sizes()
-	pre := writePre(c, sz.read)
-	checkTwoCopies(c, pre)
-
-	wprobe := startProbe(c, "write+fsync 4 KiB", "write", filepath.Join(c.mnt, "probe"))
-	rprobe := startProbe(c, "open+read 4 KiB", "read", pre)
-	mon := startMonitor(c)
-	cleanup(t, "stopping the status monitor", mon.stop)
-	r := &run{t: t, sc: sc, c: c, mon: mon, res: res}
-	r.base = mon.waitFor(time.Now(), upTimeout, func(st *status) bool { return st.allServing() })
-	if r.base == nil {
-		t.Fatalf("no status with every chain serving before the failure")
-	}
-	res.leader = c.hostOfAddr(r.base.leader)
-	ld := startLoad(c, sz)
+	r := startRun(t, sc, res)
 	time.Sleep(injectAfter)
-
 	sc.act(r)
 	if r.injected.IsZero() || r.healed.IsZero() {
 		t.Fatalf("scenario %d did not inject and heal its failure", sc.num)
 	}
-	// The load starts no new copy after the heal: the copies in flight
-	// finish while the failed server resyncs.
-	if !ld.stop(loadTimeout) {
-		t.Errorf("the load did not finish within %v of the heal", loadTimeout)
-	}
+	r.stopLoad()
 	r.measureFailover()
 	r.waitRecovered()
-	copies, loadErrs, longest := ld.result()
-	for _, err := range loadErrs {
-		t.Errorf("client load failed: %v", err)
+	r.measureStalls()
+	r.checkData()
+}
+
+// startRun starts a cluster, writes the stream the load reads, starts the
+// probes and the status monitor, takes the status before the failure and
+// starts the load.
+func startRun(t *testing.T, sc scenario, res *result) *run {
+	t.Helper()
+	r := &run{t: t, sc: sc, res: res}
+	r.c = startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence})
+	sz := sizes()
+	r.pre = writePre(r.c, sz.read)
+	checkTwoCopies(r.c, r.pre)
+	r.probes = []*probe{
+		startProbe(r.c, "write+fsync 4 KiB", "write", filepath.Join(r.c.mnt, "probe")),
+		startProbe(r.c, "open+read 4 KiB", "read", r.pre),
 	}
-	for _, p := range []*probe{wprobe, rprobe} {
+	r.mon = startMonitor(r.c)
+	cleanup(t, "stopping the status monitor", r.mon.stop)
+	r.base = r.mon.waitFor(time.Now(), upTimeout, func(st *status) bool { return st.allServing() })
+	if r.base == nil {
+		t.Fatalf("no status with every chain serving before the failure")
+	}
+	res.leader = r.c.hostOfAddr(r.base.leader)
+	r.load = startLoad(r.c, sz)
+	return r
+}
+
+// stopLoad starts no new copy after the heal and lets the copies in
+// flight finish (while the failed server resyncs).
+func (r *run) stopLoad() {
+	r.t.Helper()
+	if !r.load.stop(loadTimeout) {
+		r.t.Errorf("the load did not finish within %v of the heal", loadTimeout)
+	}
+	copies, errs, longest := r.load.result()
+	for _, err := range errs {
+		r.t.Errorf("client load failed: %v", err)
+	}
+	r.notef("load: %d copies, the slowest %.1f s", len(copies), longest.Seconds())
+}
+
+// measureStalls stops the probes and takes the longest operation of any.
+// Clients must not see errors, and where a copy of the data survives, no
+// operation may take longer than maxStall.
+func (r *run) measureStalls() {
+	r.t.Helper()
+	for _, p := range r.probes {
 		pl, err := p.finish(loadTimeout)
 		if err != nil {
-			t.Errorf("probe %s: %v", p.name, err)
+			r.t.Errorf("probe %s: %v", p.name, err)
 		}
 		if pl.err != nil {
-			t.Errorf("probe %s failed: %v", p.name, pl.err)
+			r.t.Errorf("probe %s failed: %v", p.name, pl.err)
 		}
-		if pl.longest > res.stall {
-			res.stall = pl.longest
-			res.stallOf = fmt.Sprintf("%s at %+.1fs", p.name, r.since(pl.at))
+		if pl.longest > r.res.stall {
+			r.res.stall = pl.longest
+			r.res.stallOf = fmt.Sprintf("%s at %+.1fs", p.name, r.since(pl.at))
 		}
 	}
-	mon.stop()
-	res.measured = true
-	if !sc.blocks && res.stall > maxStall {
-		t.Errorf("a client operation stalled %v (%s); bound %v", res.stall.Round(time.Millisecond), res.stallOf, maxStall)
+	r.mon.stop()
+	r.res.measured = true
+	if !r.sc.blocks && r.res.stall > maxStall {
+		r.t.Errorf("a client operation stalled %v (%s); bound %v", r.res.stall.Round(time.Millisecond), r.res.stallOf, maxStall)
 	}
+}
 
-	files := append(copies, pre)
-	checked, bytes, failed := checkStreams(c, files)
-	res.check = fmt.Sprintf("%d/%d streams, %d MiB: %d errors", checked, len(files), bytes>>20, len(failed))
+// checkData runs checkstream over every copy the load made and the stream
+// it read, and compares the copies of every chunk on the chain members.
+func (r *run) checkData() {
+	r.t.Helper()
+	copies, _, _ := r.load.result()
+	files := append(copies, r.pre)
+	checked, bytes, failed := checkStreams(r.c, files)
+	r.res.check = fmt.Sprintf("%d/%d files (%d MiB): %d errors", checked, len(files), bytes>>20, len(failed))
 	for _, f := range failed {
-		t.Errorf("checkstream: %s", f)
+		r.t.Errorf("checkstream: %s", f)
 	}
 	if checked < 2*loadWriters {
-		t.Errorf("the load finished only %d copies: not enough to check", checked)
+		r.t.Errorf("the load finished only %d copies: not enough to check", checked)
 	}
-	final, err := c.status(t.Context())
+	final, err := r.c.status(r.t.Context())
 	if err != nil {
-		t.Fatalf("status after the scenario: %v", err)
+		r.t.Fatalf("status after the scenario: %v", err)
 	}
 	if diffs := compareReplicas(final); len(diffs) > 0 {
-		res.check += fmt.Sprintf("; %d chunk copies differ", len(diffs))
-		t.Errorf("chain members hold different data after the resync:\n%s", strings.Join(diffs, "\n"))
+		r.res.check += fmt.Sprintf("; %d chunk copies differ", len(diffs))
+		r.t.Errorf("chain members hold different data after the resync:\n%s", strings.Join(diffs, "\n"))
 	} else {
-		res.check += "; both copies identical"
+		r.res.check += "; replicas identical"
 	}
-	r.notef("longest load copy %v", longest.Round(100*time.Millisecond))
 }
 
 // inject fails something and records when.
@@ -270,7 +303,13 @@ func (r *run) waitRecovered() {
 		}
 		return
 	}
-	st := r.mon.waitFor(r.healed, resyncTimeout, func(st *status) bool {
+	// After the heal, and after the failover, which a hang may show only
+	// once healed.
+	since := r.healed
+	if r.failover.at.After(since) {
+		since = r.failover.at
+	}
+	st := r.mon.waitFor(since, resyncTimeout, func(st *status) bool {
 		return st.allServing() && len(st.replicated()) == targetsPerServer && st.onlineServers() == len(storageHosts)
 	})
 	if st == nil {
@@ -279,6 +318,13 @@ func (r *run) waitRecovered() {
 	}
 	r.res.resync = st.at.Sub(r.healed)
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
+	if n, bytes, stopped := r.c.resyncsDone(); n > 0 {
+		r.notef("resync copied %d chunks (%d MiB)", n, bytes>>20)
+		if stopped > 0 {
+			r.notef("%d resync runs stopped and restarted", stopped)
+		}
+	}
+	r.c.waitAllReplicas()
 }
 
 // checkTwoCopies checks with `tandem stripe get --json` that a file has
@@ -298,12 +344,16 @@ func checkTwoCopies(c *cluster, path string) {
 	if err := json.Unmarshal(out, &l); err != nil {
 		c.t.Fatalf("stripe get --json %s: %v: %s", path, err, out)
 	}
+	st, err := c.status(c.t.Context())
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	if l.Replicas != 2 || len(l.Copies) == 0 {
 		c.t.Fatalf("%s has %d replicas in %d chains, want 2 copies: %s", path, l.Replicas, len(l.Copies), out)
 	}
 	for _, cp := range l.Copies {
-		if len(cp.Targets) != 2 {
-			c.t.Fatalf("%s: a chain with %d members, want 2: %s", path, len(cp.Targets), out)
+		if len(cp.Targets) != 2 || st.hostOfTarget(cp.Targets[0]) == st.hostOfTarget(cp.Targets[1]) {
+			c.t.Fatalf("%s: a chain of targets %v, want one on each server (%s)", path, cp.Targets, st)
 		}
 	}
 }
