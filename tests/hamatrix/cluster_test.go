@@ -53,7 +53,8 @@ const (
 
 // clusterOptions are what differs between scenarios' clusters.
 type clusterOptions struct {
-	fence bool // the metadata replicas run fence agents (idrac fails, pdu kills)
+	fence  bool // the metadata replicas run fence agents (idrac fails, pdu kills)
+	faults bool // the storage servers take disk faults from a fault file
 }
 
 // cluster is one TandemFS cluster in its own lab. Its processes are
@@ -65,6 +66,7 @@ type cluster struct {
 	dir    string // everything of this cluster; kept if the test fails
 	secret string // the cluster secret file
 	fence  string // the fence agents file, or ""
+	faults bool   // storage servers run with --fault-file (faultFile)
 	mnt    string // the client's mount point
 
 	procs map[string]*netlab.Proc // "meta@srv1", "storage@srv2", "mount@cli"
@@ -104,7 +106,7 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, mnt: filepath.Join(dir, "mnt"), procs: map[string]*netlab.Proc{}}
+	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, mnt: filepath.Join(dir, "mnt"), procs: map[string]*netlab.Proc{}, faults: opts.faults}
 	cleanup(t, "closing the lab", func() {
 		if err := lab.Close(); err != nil {
 			t.Error(err)
@@ -288,13 +290,62 @@ func (c *cluster) startStorage(host string) {
 	args := []string{"storage", "--listen", fmt.Sprintf("%s:%d", c.host(host).PublicIP(), storagePort),
 		"--meta", strings.Join(pub, ","), "--meta-private", strings.Join(priv, ","), "--secret-file", c.secret}
 	for i := 1; i <= targetsPerServer; i++ {
-		dir := filepath.Join(c.dir, host, fmt.Sprintf("target%d", i))
+		dir := c.targetDir(host, i)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			c.t.Fatal(err)
 		}
 		args = append(args, "--target", dir)
 	}
+	if c.faults {
+		args = append(args, "--fault-file", c.faultFile(host))
+	}
 	c.start("storage", host, args...)
+}
+
+// targetDir is the directory of a host's i-th target (from 1).
+func (c *cluster) targetDir(host string, i int) string {
+	return filepath.Join(c.dir, host, fmt.Sprintf("target%d", i))
+}
+
+// faultFile is where a host's storage server reads its disk faults: JSON
+// rules (internal/storage/faultfile.go), reloaded when the file changes.
+func (c *cluster) faultFile(host string) string {
+	return filepath.Join(c.dir, host+"-faults.json")
+}
+
+// faultRule makes the disk calls ops (a comma list: open, read, write,
+// sync, truncate, ...) on paths containing path fail with errno.
+type faultRule struct {
+	Path  string `json:"path"`
+	Ops   string `json:"ops"`
+	Errno string `json:"errno"`
+	Times int    `json:"times,omitempty"` // 0: every matching call
+}
+
+// setFaults replaces the disk faults of a host's storage server.
+func (c *cluster) setFaults(host string, rules []faultRule) error {
+	data, err := json.Marshal(append([]faultRule{}, rules...))
+	if err != nil {
+		return err
+	}
+	// Written aside and renamed, so the server never reads half a file.
+	tmp := c.faultFile(host) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.faultFile(host))
+}
+
+// stopStorage stops a host's storage server the way an administrator
+// does (SIGTERM), and kills it if it does not exit within 10 s.
+func (c *cluster) stopStorage(host string) error {
+	p := c.proc("storage", host)
+	p.Signal(syscall.SIGTERM)
+	if err := p.Wait(10 * time.Second); errors.Is(err, netlab.ErrTimeout) {
+		c.t.Logf("the storage server on %s ignores SIGTERM; killing it", host)
+		return p.Kill9()
+	}
+	return nil
 }
 
 // restartServer starts again whatever of a server's processes is not

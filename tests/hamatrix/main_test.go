@@ -9,18 +9,23 @@
 //	srv1, srv2   public + private: a metadata replica and a storage server
 //	             with two targets each (so every file has one copy per server)
 //	third        public + private: the third metadata voter
-//	cli          public only: the FUSE mount, the load, `tandem status`
+//	cli          public only: the FUSE mount, the load, the probes and
+//	             `tandem status`
 //
 // The metadata leader is kept off srv1, the server the failures hit, so
 // that each scenario measures the failover of storage chains alone (the
 // loss of a metadata leader is tests/ha_test.go's subject).
 //
-// By default (`go test ./tests/hamatrix/`, and so `make test`) a short form
-// runs: scenarios 1, 3 and 6. HA_MATRIX=full runs all of them (`make
-// test-ha`); HA_MATRIX=2,4 runs the ones listed. HA_MATRIX_REPORT=FILE
-// writes the results as a markdown table (a relative FILE is taken from the
-// repository root). Needs root, /dev/fuse, ip and nsenter; skipped
-// otherwise, and under -short.
+// The scenarios are in matrix_test.go, what each one measures and checks
+// in run_test.go. By default (`go test ./tests/hamatrix/`, and so `make
+// test`) a short form runs: scenarios 1, 3 and 6, about 70 s. HA_MATRIX=full
+// runs all of them with larger streams (`make test-ha`, about 4 minutes);
+// HA_MATRIX=2,4 runs the ones listed. HA_MATRIX_HOLD (e.g. 30s) makes the
+// failures that heal by themselves last longer than the default 10 s.
+// HA_MATRIX_REPORT=FILE writes the results as a markdown table (a relative
+// FILE is taken from the repository root). Needs root, /dev/fuse, ip and
+// nsenter; skipped otherwise, and under -short. A failed scenario keeps
+// its directory (data, logs of every process) and says where.
 package hamatrix
 
 import (

@@ -25,6 +25,7 @@ type scenario struct {
 	// (not fail) until a server returns: no bound on the stall then.
 	blocks bool
 	fence  bool // the metadata replicas run fence agents
+	faults bool // the storage servers take disk faults from a file
 	// act injects the failure (run.inject) into the running load and
 	// heals it (run.heal) as the scenario says.
 	act func(r *run)
@@ -44,10 +45,8 @@ func holdDuration() time.Duration {
 
 // scenarios is the matrix of NSS-HA section 4.3 (server failure, heartbeat
 // link, public link, private switch, fence device) plus a hang and a double
-// failure. The paper's SAS-link failures have no counterpart: targets are
-// local disks. A target disk returning I/O errors (the storage engine has a
-// fault-injecting file system for it) cannot be caused from outside the
-// processes yet, so it is not in the matrix.
+// failure, and a failing disk in place of the papers' SAS-link failures
+// (targets are local disks here).
 var scenarios = []scenario{
 	{
 		num: 1, id: "server_crash", name: "server crash (kill -9 of everything on srv1)", short: true, failover: true,
@@ -160,6 +159,36 @@ var scenarios = []scenario{
 					r.c.startStorage(h)
 				}
 			}
+		},
+	},
+	{
+		num: 8, id: "disk_fails", name: "a target disk of srv1 fails (EIO on every read and write)", failover: true, faults: true,
+		act: func(r *run) {
+			disk := r.c.targetDir("srv1", 1)
+			r.inject("EIO for every open, read, write, sync and truncate under "+disk, func() error {
+				return r.c.setFaults("srv1", []faultRule{{Path: disk + "/", Ops: "open,read,write,sync,truncate", Errno: "EIO"}})
+			})
+			st := r.waitFailover()
+			// Only the chain members on the failed disk go: the other
+			// target of srv1 serves on.
+			for _, ch := range st.replicated() {
+				for i, tg := range ch.Targets {
+					if onDisk := strings.HasPrefix(st.targetPath(tg), disk); onDisk != (ch.States[i] == "offline") {
+						r.t.Errorf("target %d (%s) is %s in chain %d after the disk %s failed", tg, st.targetPath(tg), ch.States[i], ch.ID, disk)
+					}
+				}
+			}
+			r.sleepUntil(r.injected.Add(hold)) // the load goes on without the disk
+			r.heal("replace the disk (clear the faults) and restart srv1's storage server", func() error {
+				if err := r.c.setFaults("srv1", nil); err != nil {
+					return err
+				}
+				if err := r.c.stopStorage("srv1"); err != nil {
+					return err
+				}
+				r.c.startStorage("srv1")
+				return nil
+			})
 		},
 	},
 }

@@ -1,11 +1,9 @@
 package hamatrix
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -84,8 +82,8 @@ func writeReport(t *testing.T, results []*result) {
 		mode = "short"
 	}
 	fmt.Fprintf(&b, "# HA failure matrix: results\n\n")
-	fmt.Fprintf(&b, "Written by tests/hamatrix (HA_MATRIX=%s, streams of %s) on %s, %d cores, %s.\n",
-		mode, sizes().write, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(&b, "Written by tests/hamatrix (HA_MATRIX=%s, streams of %s, failures held %v) at commit %s\non %s, %d cores, %s.\n",
+		mode, sizes().write, hold, commit(t), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(&b, "Each scenario on a fresh cluster in network namespaces (srv1, srv2: metadata replica +\n")
 	fmt.Fprintf(&b, "storage server with 2 targets; third: metadata replica; cli: FUSE mount), failure injected\n")
 	fmt.Fprintf(&b, "%.1f s into a load of 2 genstream writers and 1 reader; stall = longest 4 KiB write+fsync\n", injectAfter.Seconds())
@@ -111,22 +109,25 @@ func writeReport(t *testing.T, results []*result) {
 	t.Logf("report written to %s", path)
 }
 
+// commit names the commit the tested binary was built from, with
+// "+changes" if the work tree differs from it.
+func commit(t *testing.T) string {
+	if os.Getenv("TANDEM_BIN") != "" {
+		return "(unknown: $TANDEM_BIN)"
+	}
+	root := repoRoot(t)
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "(unknown)"
+	}
+	id := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		id += "+changes"
+	}
+	return id
+}
+
 // cell makes text safe inside a markdown table cell.
 func cell(s string) string {
 	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
-}
-
-// digest is the size and SHA-256 of a file's contents.
-func digest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d bytes sha256 %s", n, hex.EncodeToString(h.Sum(nil))[:16]), nil
 }

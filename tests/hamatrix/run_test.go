@@ -1,9 +1,12 @@
 package hamatrix
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,7 +95,7 @@ func runScenario(t *testing.T, sc scenario, res *result) {
 func startRun(t *testing.T, sc scenario, res *result) *run {
 	t.Helper()
 	r := &run{t: t, sc: sc, res: res}
-	r.c = startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence})
+	r.c = startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence, faults: sc.faults})
 	sz := sizes()
 	r.pre = writePre(r.c, sz.read)
 	checkTwoCopies(r.c, r.pre)
@@ -453,4 +456,19 @@ func isSignaled(err error) bool {
 		}
 	}
 	return false
+}
+
+// digest is the size and SHA-256 of a file's contents.
+func digest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d bytes sha256 %s", n, hex.EncodeToString(h.Sum(nil))[:16]), nil
 }
