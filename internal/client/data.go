@@ -65,7 +65,7 @@ func (c *Client) checkLayout(in *proto.Inode) error {
 // storageCall sends one chunk request to the head of a chain, retrying
 // (with a fresh cluster map) while the target is unreachable.
 func (c *Client) storageCall(chain uint32, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
-	return c.retry("storage", func() error {
+	err := c.retry("storage", func() error {
 		rt, s, err := c.route(chain)
 		if err != nil {
 			c.refreshMap()
@@ -83,6 +83,11 @@ func (c *Client) storageCall(chain uint32, call func(ctx context.Context, rt pro
 		}
 		return err
 	})
+	if err != nil {
+		// Applications see only an errno: say here what went wrong.
+		c.cfg.Logf("storage: chain %d: %v", chain, err)
+	}
+	return err
 }
 
 func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool) error {

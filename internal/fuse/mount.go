@@ -37,6 +37,10 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// Never let the kernel bypass the client (FUSE passthrough):
 		// TandemFS data lives on remote targets.
 		DisabledCapabilities: gofuse.CAP_PASSTHROUGH,
+		// Reads reply from memory; splicing them through a pipe is an
+		// extra copy, and a 1 MiB reply plus its header does not fit the
+		// default pipe, which made go-fuse fall back and log every read.
+		DisableSplice: true,
 		// With KILLPRIV_V2 the kernel tells us when a write must clear
 		// set-user-ID bits instead of asking for security.capability
 		// before every single write (a round trip per write).

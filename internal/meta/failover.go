@@ -83,7 +83,9 @@ func (s *Service) checkServers(leaderSince time.Time) {
 // answered only after this commits, and the server serves replicated
 // chains only once its first heartbeat is acknowledged, after it loaded
 // the map: it never serves as an up-to-date member it is not.
-func (s *Service) afterRegistration(reply []byte) error {
+// Chains formed by this very registration (not in existing) are new and
+// need nothing.
+func (s *Service) afterRegistration(reply []byte, existing map[uint32]bool) error {
 	var rep proto.RegisterServerReply
 	d := wire.NewDec(reply)
 	rep.Decode(d)
@@ -101,7 +103,7 @@ func (s *Service) afterRegistration(reply []byte) error {
 	}
 	var targets []uint32
 	for _, c := range m.Chains {
-		if len(c.Targets) < 2 {
+		if !existing[c.ID] {
 			continue
 		}
 		for i, t := range c.Targets {
@@ -122,6 +124,21 @@ func (s *Service) afterRegistration(reply []byte) error {
 	s.logf("storage server %d registered again: resyncing its targets %v from their live partners", rep.ServerID, targets)
 	_, err = s.propose(opResyncTargets, func(e *wire.Enc) { e.U32(rep.ServerID); e.U32s(targets) })
 	return err
+}
+
+// replicatedChains are the IDs of the replicated chains now.
+func (s *Service) replicatedChains() map[uint32]bool {
+	chains, err := loadChains(s.fsm.db)
+	out := map[uint32]bool{}
+	if err != nil {
+		return out
+	}
+	for _, c := range chains {
+		if len(c.Targets) > 1 {
+			out[c.ID] = true
+		}
+	}
+	return out
 }
 
 // fenceServer runs the fence agents of a server that was failed over, in

@@ -45,12 +45,16 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		if err := d.Finish(); err != nil {
 			return rpc.BadRequest(err)
 		}
+		var existing map[uint32]bool
+		if op == proto.OpRegisterServer {
+			existing = s.replicatedChains()
+		}
 		reply, err := s.propose(op, func(e *wire.Enc) { e.B = append(e.B, payload...) })
 		if err != nil {
 			return err
 		}
 		if op == proto.OpRegisterServer {
-			if err := s.afterRegistration(reply); err != nil {
+			if err := s.afterRegistration(reply, existing); err != nil {
 				return err
 			}
 		}

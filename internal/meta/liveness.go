@@ -16,18 +16,19 @@ type liveness struct {
 	public  map[uint32]time.Time // by server ID
 	private map[uint32]time.Time
 	targets map[string]proto.TargetInfo // by target UUID
-	resyncs map[[2]uint32]resyncSeen    // by {chain, target}
+	resyncs map[uint32]resyncsSeen      // by the server running them
 }
 
-type resyncSeen struct {
-	proto.ResyncProgress
-	at time.Time
+// resyncsSeen are the resyncs a server reported in its last heartbeat.
+type resyncsSeen struct {
+	list []proto.ResyncProgress
+	at   time.Time
 }
 
 func newLiveness() *liveness {
 	return &liveness{
 		public: map[uint32]time.Time{}, private: map[uint32]time.Time{},
-		targets: map[string]proto.TargetInfo{}, resyncs: map[[2]uint32]resyncSeen{},
+		targets: map[string]proto.TargetInfo{}, resyncs: map[uint32]resyncsSeen{},
 	}
 }
 
@@ -43,9 +44,9 @@ func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
 	for _, t := range r.Targets {
 		l.targets[t.UUID] = t
 	}
-	for _, p := range r.Resyncs {
-		l.resyncs[[2]uint32{p.Chain, p.Target}] = resyncSeen{p, now}
-	}
+	// Each heartbeat lists every resync the server runs: finished ones
+	// drop out.
+	l.resyncs[r.ServerID] = resyncsSeen{r.Resyncs, now}
 }
 
 // lastPublic is when server id was last heard from on the network clients
@@ -94,12 +95,12 @@ func (l *liveness) activeResyncs(window time.Duration) []proto.ResyncProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []proto.ResyncProgress
-	for k, r := range l.resyncs {
+	for id, r := range l.resyncs {
 		if time.Since(r.at) > window {
-			delete(l.resyncs, k)
+			delete(l.resyncs, id)
 			continue
 		}
-		out = append(out, r.ResyncProgress)
+		out = append(out, r.list...)
 	}
 	return out
 }
