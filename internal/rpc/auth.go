@@ -100,8 +100,14 @@ func clientHandshake(c net.Conn, secret Secret) error {
 	if _, err := c.Write(mac(secret, "client", nc, ns)); err != nil {
 		return err
 	}
+	// Only an explicit 0 is a refusal; a connection that breaks here is
+	// a server that died or a network that failed mid-handshake, which
+	// the caller retries like any transport failure.
 	ok := make([]byte, 1)
-	if _, err := io.ReadFull(c, ok); err != nil || ok[0] != 1 {
+	if _, err := io.ReadFull(c, ok); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if ok[0] != 1 {
 		return fmt.Errorf("server %s refused us: %w", c.RemoteAddr(), ErrAuth)
 	}
 	return nil

@@ -285,3 +285,32 @@ func FuzzFrames(f *testing.F) {
 		}
 	})
 }
+
+// A server that dies in the middle of the handshake is a transport
+// failure, which callers retry, not a refusal of our secret, which they
+// report and give up on.
+func TestServerDyingInHandshakeIsANetError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		hello := make([]byte, len(magic)+1+nonceLen)
+		io.ReadFull(c, hello)
+		ns := make([]byte, nonceLen)
+		c.Write(append(ns, mac(secret, "server", hello[len(magic)+1:], ns)...))
+		io.ReadFull(c, make([]byte, 32))
+		c.Close() // dies before saying yes or no
+	}()
+	c := NewClient(ln.Addr().String(), secret)
+	defer c.Close()
+	err = c.Call(1, nil, nil)
+	if errors.Is(err, ErrAuth) || !IsNetError(err) {
+		t.Fatalf("got %v, want a transport error", err)
+	}
+}
