@@ -57,6 +57,9 @@ type Client struct {
 	// background loop reload the map often (a server may have hung).
 	epochs    epoch.Set
 	slowCalls atomic.Int32
+	// retryLog keeps an outage that stalls many calls at once from
+	// logging one line per call.
+	retryLog logLimiter
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
@@ -263,7 +266,7 @@ func (c *Client) retry(what string, call func() error) error {
 			c.cfg.Logf("%s: giving up after %v: %v", what, c.cfg.GiveUp, err)
 			return rpc.Errorf(syscall.EIO, "%s: %v", what, err)
 		}
-		if attempt == 3 {
+		if attempt == 3 && c.retryLog.allow() {
 			c.cfg.Logf("%s: %v; retrying", what, err)
 		}
 		select {
@@ -307,4 +310,13 @@ func (c *Client) inodeCall(op uint16, enc func(*wire.Enc)) (*proto.Inode, error)
 	}
 	c.attrs.put(&n)
 	return &n, nil
+}
+
+// logLimiter allows one log line per second.
+type logLimiter struct{ last atomic.Int64 }
+
+func (l *logLimiter) allow() bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	return now-last >= int64(time.Second) && l.last.CompareAndSwap(last, now)
 }
