@@ -101,6 +101,21 @@ func (c *Client) put(cn *conn) {
 	cn.Close()
 }
 
+// broken closes a connection that failed, and every idle one too: a
+// transport failure usually means the server restarted or the network
+// broke, and then the idle connections are dead as well; the next call
+// dials afresh instead of failing on each of them in turn.
+func (c *Client) broken(cn *conn) {
+	cn.Close()
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, x := range idle {
+		x.Close()
+	}
+}
+
 // Close closes idle connections and makes later calls fail.
 func (c *Client) Close() {
 	c.mu.Lock()
@@ -170,14 +185,14 @@ func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), d
 	in, err := readFrame(cn.r, cn.buf)
 	cn.buf = in
 	if ended := cn.unwatch(); err != nil || ended {
-		cn.Close()
+		c.broken(cn)
 		if ended {
 			return c.ctxErr(ctx, err)
 		}
 		return &NetError{c.Addr, err}
 	}
 	if len(in) < respHeader {
-		cn.Close()
+		c.broken(cn)
 		return &NetError{c.Addr, errors.New("reply frame without header")}
 	}
 	if errno := binary.LittleEndian.Uint32(in); errno != 0 {
@@ -233,7 +248,7 @@ func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data 
 	}
 	if err != nil {
 		ended := cn.unwatch()
-		cn.Close()
+		c.broken(cn)
 		if ended {
 			return nil, c.ctxErr(ctx, err)
 		}
@@ -258,12 +273,12 @@ func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), d
 	ended := cn.unwatch()
 	switch re := (*Error)(nil); {
 	case ended:
-		cn.Close()
+		c.broken(cn)
 		return 0, c.ctxErr(ctx, err)
 	case err == nil || errors.As(err, &re):
 		c.put(cn)
 	default:
-		cn.Close()
+		c.broken(cn)
 	}
 	return n, err
 }

@@ -314,3 +314,35 @@ func TestServerDyingInHandshakeIsANetError(t *testing.T) {
 		t.Fatalf("got %v, want a transport error", err)
 	}
 }
+
+// After a server restarts, its old idle connections are dead: the first
+// failure drops them all, so the next call reaches the new server instead
+// of failing once per stale connection.
+func TestRestartedServerCostsAtMostOneFailedCall(t *testing.T) {
+	srv, addr, _ := echoServer(t, secret)
+	c := NewClient(addr, secret)
+	defer c.Close()
+	var wg sync.WaitGroup
+	for range 4 { // four idle connections in the pool
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Call(4, nil, nil) }()
+	}
+	wg.Wait()
+	srv.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	again := &Server{Name: "again", Secret: secret, Logf: t.Logf, Handler: func(op uint16, d *wire.Dec, e *wire.Enc) error { return nil }}
+	go again.Serve(ln)
+	defer again.Close()
+	failures := 0
+	for range 3 {
+		if err := c.Call(1, nil, nil); err != nil {
+			failures++
+		}
+	}
+	if failures > 1 {
+		t.Fatalf("%d of 3 calls failed after the restart, want at most 1", failures)
+	}
+}
