@@ -76,16 +76,18 @@ func (s *Service) checkServers(leaderSince time.Time) {
 }
 
 // afterRegistration resyncs the members of a server that registered (it
-// restarted) in the chains where another serving member is alive: it may
-// have missed changes while it was down, within the failure timeout, or
-// hold an empty new disk. Where no partner is alive (the whole cluster
-// restarts) its copies are the ones to serve. The registration is
+// restarted) in the chains that changed since it last knew them (it says
+// which version it knew, see storage/known.go) and where another serving
+// member is alive: it may have missed changes. A chain still at the
+// version the member knew missed nothing: no write is acknowledged
+// without a member unless its chain changes first. Where no partner is
+// alive (the whole cluster restarts) its copies are the ones to serve. The registration is
 // answered only after this commits, and the server serves replicated
 // chains only once its first heartbeat is acknowledged, after it loaded
 // the map: it never serves as an up-to-date member it is not.
 // Chains formed by this very registration (not in existing) are new and
 // need nothing.
-func (s *Service) afterRegistration(reply []byte, existing map[uint32]bool) error {
+func (s *Service) afterRegistration(req *proto.RegisterServerReq, reply []byte, existing map[uint32]bool) error {
 	var rep proto.RegisterServerReply
 	d := wire.NewDec(reply)
 	rep.Decode(d)
@@ -101,6 +103,10 @@ func (s *Service) afterRegistration(reply []byte, existing map[uint32]bool) erro
 		seen := s.live.lastPublic(srv)
 		return !seen.IsZero() && time.Since(seen) < s.cfg.FailureTimeout
 	}
+	knew := map[[2]uint32]uint32{}
+	for _, k := range req.Known {
+		knew[[2]uint32{k.Chain, k.Target}] = k.Version
+	}
 	var targets []uint32
 	for _, c := range m.Chains {
 		if !existing[c.ID] {
@@ -109,6 +115,9 @@ func (s *Service) afterRegistration(reply []byte, existing map[uint32]bool) erro
 		for i, t := range c.Targets {
 			if server[t] != rep.ServerID || c.States[i] != proto.MemberServing {
 				continue
+			}
+			if v, ok := knew[[2]uint32{c.ID, t}]; ok && v == c.Version {
+				continue // missed nothing
 			}
 			for j, p := range c.Targets {
 				if j != i && c.States[j] == proto.MemberServing && server[p] != rep.ServerID && alive(server[p]) {

@@ -54,7 +54,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 			return err
 		}
 		if op == proto.OpRegisterServer {
-			if err := s.afterRegistration(reply, existing); err != nil {
+			var req proto.RegisterServerReq
+			req.Decode(wire.NewDec(payload))
+			if err := s.afterRegistration(&req, reply, existing); err != nil {
 				return err
 			}
 		}

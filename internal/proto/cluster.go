@@ -250,6 +250,16 @@ type RegisterServerReq struct {
 	UUID    string
 	Addr    string
 	Targets []TargetInfo
+	// Known are the versions of its replicated chains the server last
+	// served at: a member whose chain is still at that version missed
+	// nothing (no write is acknowledged without a member unless the chain
+	// changes first).
+	Known []ChainVersion
+}
+
+// ChainVersion is the version of Chain that member Target last knew.
+type ChainVersion struct {
+	Chain, Target, Version uint32
 }
 
 func (r *RegisterServerReq) Encode(e *wire.Enc) {
@@ -259,6 +269,12 @@ func (r *RegisterServerReq) Encode(e *wire.Enc) {
 	for i := range r.Targets {
 		r.Targets[i].Encode(e)
 	}
+	e.U32(uint32(len(r.Known)))
+	for _, k := range r.Known {
+		e.U32(k.Chain)
+		e.U32(k.Target)
+		e.U32(k.Version)
+	}
 }
 
 func (r *RegisterServerReq) Decode(d *wire.Dec) {
@@ -267,6 +283,10 @@ func (r *RegisterServerReq) Decode(d *wire.Dec) {
 	r.Targets = make([]TargetInfo, d.Count(1024, 20))
 	for i := range r.Targets {
 		r.Targets[i].Decode(d)
+	}
+	r.Known = make([]ChainVersion, d.Count(MaxList, 12))
+	for i := range r.Known {
+		r.Known[i] = ChainVersion{d.U32(), d.U32(), d.U32()}
 	}
 }
 

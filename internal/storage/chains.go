@@ -76,8 +76,10 @@ func (s *Service) refreshView(want uint64) error {
 		return err
 	}
 	if v := s.cs.view.Load(); v == nil || m.Version >= v.version {
-		s.cs.view.Store(newChainView(&m))
+		nv := newChainView(&m)
+		s.cs.view.Store(nv)
 		s.cs.epochs.Update(m.Chains)
+		s.recordVersions(nv)
 	}
 	return nil
 }

@@ -72,6 +72,7 @@ type Service struct {
 	resyncs   resyncs
 	leaseWarn sync.Once
 	failed    failedTargets
+	known     knownVersions
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	regOnce   sync.Once
