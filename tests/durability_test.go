@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"tandemfs/internal/testcluster"
 )
@@ -59,8 +60,17 @@ func TestDownAndUpBringsBackEveryFile(t *testing.T) {
 	if got := mustRead(t, filepath.Join(c.Mount(), "f")); !bytes.Equal(got, data) {
 		t.Fatal("file differs after down/up")
 	}
-	out, err := exec.Command(testcluster.Binary(t), "status", "--data", c.Dir()).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "HEALTHY") {
-		t.Fatalf("status after restart: %v\n%s", err, out)
+	// A member that had not yet recorded a chain it joined just before
+	// the stop is resynced first; the cluster is healthy within seconds.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(testcluster.Binary(t), "status", "--data", c.Dir()).CombinedOutput()
+		if err == nil && strings.Contains(string(out), "HEALTHY") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status 30 s after restart: %v\n%s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -219,17 +219,17 @@ func failedTargets(r reader) (map[uint32]string, error) {
 	return out, it.Error()
 }
 
-// resyncTargets makes the given targets' serving members syncing, unless
+// resyncTargets makes the serving members which selects syncing, unless
 // they are their chain's last serving member, with no known time since
 // which they are out of date (a resync then copies everything that
 // differs in size or is missing, plus what changed in the last minute).
 // Used for fresh disks that replace dead ones, and by the leader for a
 // restarted server whose chain partners are alive (it may have missed
 // changes while down, or hold an empty new disk).
-func (t *tx) resyncTargets(server uint32, which map[uint32]bool) error {
+func (t *tx) resyncTargets(server uint32, which func(chain, target uint32) bool) error {
 	nowMs := t.now / 1e6
 	return t.updateChains(server, func(c *proto.Chain, m int) bool {
-		if !which[c.Targets[m]] || c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
+		if !which(c.ID, c.Targets[m]) || c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
 			return false
 		}
 		c.States[m] = proto.MemberSyncing

@@ -125,7 +125,7 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 	for i, ti := range r.Targets {
 		fresh[reply.TargetIDs[i]] = ti.Fresh
 	}
-	if err := t.resyncTargets(srv.ID, fresh); err != nil {
+	if err := t.resyncTargets(srv.ID, func(_, target uint32) bool { return fresh[target] }); err != nil {
 		return err
 	}
 	if err := t.formChains(); err != nil {

@@ -107,7 +107,7 @@ func (s *Service) afterRegistration(req *proto.RegisterServerReq, reply []byte, 
 	for _, k := range req.Known {
 		knew[[2]uint32{k.Chain, k.Target}] = k.Version
 	}
-	var targets []uint32
+	var pairs []uint32 // chain, target, ...
 	for _, c := range m.Chains {
 		if !existing[c.ID] {
 			continue
@@ -121,17 +121,17 @@ func (s *Service) afterRegistration(req *proto.RegisterServerReq, reply []byte, 
 			}
 			for j, p := range c.Targets {
 				if j != i && c.States[j] == proto.MemberServing && server[p] != rep.ServerID && alive(server[p]) {
-					targets = append(targets, t)
+					pairs = append(pairs, c.ID, t)
 					break
 				}
 			}
 		}
 	}
-	if len(targets) == 0 {
+	if len(pairs) == 0 {
 		return nil
 	}
-	s.logf("storage server %d registered again: resyncing its targets %v from their live partners", rep.ServerID, targets)
-	_, err = s.propose(opResyncTargets, func(e *wire.Enc) { e.U32(rep.ServerID); e.U32s(targets) })
+	s.logf("storage server %d registered again: resyncing its members (chain, target) %v from their live partners", rep.ServerID, pairs)
+	_, err = s.propose(opResyncTargets, func(e *wire.Enc) { e.U32(rep.ServerID); e.U32s(pairs) })
 	return err
 }
 

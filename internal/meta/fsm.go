@@ -200,13 +200,13 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		id := d.U32()
 		return decoded(d, func() error { return t.rejoinServer(id) })
 	case opResyncTargets:
-		id, targets := d.U32(), d.U32s(1024)
+		id, pairs := d.U32(), d.U32s(2048) // chain, target, chain, target...
 		return decoded(d, func() error {
-			which := map[uint32]bool{}
-			for _, tg := range targets {
-				which[tg] = true
+			which := map[[2]uint32]bool{}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				which[[2]uint32{pairs[i], pairs[i+1]}] = true
 			}
-			return t.resyncTargets(id, which)
+			return t.resyncTargets(id, func(chain, target uint32) bool { return which[[2]uint32{chain, target}] })
 		})
 	case proto.OpTargetFailed:
 		var r proto.TargetFailedReq
