@@ -214,3 +214,35 @@ func TestReplicatedDataSurvivesTheCrashOfEitherServer(t *testing.T) {
 	c.Up()
 	waitAllServing(t, c, 90*time.Second)
 }
+
+// TestThreeCopiesSurviveTwoServerCrashes: a directory asking for three
+// copies gets chains over three servers, and its files survive the crash
+// of two of them.
+func TestThreeCopiesSurviveTwoServerCrashes(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(3, 1))
+	dir := filepath.Join(c.Mount(), "triple")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--replicas", "3", dir); err != nil {
+		t.Fatalf("stripe set: %v\n%s", err, out)
+	}
+	path := filepath.Join(dir, "f")
+	data := randBytes(3<<20 + 5)
+	mustWrite(t, path, data)
+	if l := getLayout(t, path); l.Replicas != 3 || len(l.Targets) != 3 {
+		t.Fatalf("layout %+v, want 3 copies on 3 targets", l)
+	}
+	c.KillProcess("storage1")
+	c.KillProcess("storage2")
+	t0 := time.Now()
+	if got := mustRead(t, path); !bytes.Equal(got, data) {
+		t.Fatal("the last copy differs from what was written")
+	}
+	t.Logf("two of three servers killed; read back after %v", time.Since(t0))
+	more := randBytes(1 << 20)
+	mustWrite(t, filepath.Join(dir, "g"), more)
+	if got := mustRead(t, filepath.Join(dir, "g")); !bytes.Equal(got, more) {
+		t.Fatal("a file written on the last server reads back wrong")
+	}
+}
