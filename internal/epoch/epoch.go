@@ -21,6 +21,11 @@ var ErrChainChanged = errors.New("chain changed")
 type Set struct {
 	mu     sync.Mutex
 	epochs map[uint32]*epoch
+	// latest is each chain's version as of the last Update: only that
+	// version gets a live epoch, so a late caller still routed by an old
+	// version cannot plant an epoch that every current caller would
+	// then find ended.
+	latest map[uint32]uint32
 }
 
 type epoch struct {
@@ -35,8 +40,10 @@ func (s *Set) Update(chains []proto.Chain) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := make(map[uint32]bool, len(chains))
+	latest := make(map[uint32]uint32, len(chains))
 	for _, c := range chains {
 		seen[c.ID] = true
+		latest[c.ID] = c.Version
 		if e := s.epochs[c.ID]; e != nil && e.version != c.Version {
 			e.end(c.ID, c.Version)
 			delete(s.epochs, c.ID)
@@ -48,6 +55,7 @@ func (s *Set) Update(chains []proto.Chain) {
 			delete(s.epochs, id)
 		}
 	}
+	s.latest = latest
 }
 
 func (e *epoch) end(chain, now uint32) {
@@ -63,17 +71,24 @@ func (s *Set) Context(chain, version uint32) context.Context {
 		s.epochs = map[uint32]*epoch{}
 	}
 	e := s.epochs[chain]
+	latest, known := s.latest[chain]
 	switch {
+	case known && latest != version:
+		// Routed by a version that is over (or not loaded here yet).
+		return ended(fmt.Errorf("%w: chain %d is at version %d, not %d", ErrChainChanged, chain, latest, version))
 	case e == nil:
 		ctx, cancel := context.WithCancelCause(context.Background())
 		e = &epoch{version: version, ctx: ctx, cancel: cancel}
 		s.epochs[chain] = e
 	case e.version != version:
-		// The caller routed by another version than the one known here:
-		// that version is over (or not known yet); do not wait on it.
-		ctx, cancel := context.WithCancelCause(context.Background())
-		cancel(fmt.Errorf("%w: chain %d is at version %d, not %d", ErrChainChanged, chain, e.version, version))
-		return ctx
+		return ended(fmt.Errorf("%w: chain %d is at version %d, not %d", ErrChainChanged, chain, e.version, version))
 	}
 	return e.ctx
+}
+
+// ended is a context that has already ended with cause.
+func ended(cause error) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	return ctx
 }

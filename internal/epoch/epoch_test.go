@@ -49,3 +49,18 @@ func TestAVanishedChainEndsItsEpoch(t *testing.T) {
 		t.Fatal("the chain is gone but its epoch goes on")
 	}
 }
+
+// A caller still routed by an old version after an Update must not leave
+// behind an epoch that ends every caller of the current version.
+func TestALateCallerOfAnOldVersionLeavesNoTrace(t *testing.T) {
+	var s Set
+	s.Update([]proto.Chain{chain(1, 3)})
+	s.Context(1, 3)
+	s.Update([]proto.Chain{chain(1, 4)})
+	if s.Context(1, 3).Err() == nil {
+		t.Fatal("version 3 is over but got a live context")
+	}
+	if err := s.Context(1, 4).Err(); err != nil {
+		t.Fatalf("the current version got an ended context: %v", context.Cause(s.Context(1, 4)))
+	}
+}
