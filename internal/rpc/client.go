@@ -49,7 +49,7 @@ func NewClient(addr string, secret Secret) *Client {
 	return &Client{Addr: addr, Secret: secret}
 }
 
-func (c *Client) get() (*conn, error) {
+func (c *Client) get(ctx context.Context) (*conn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -66,7 +66,14 @@ func (c *Client) get() (*conn, error) {
 	if dt == 0 {
 		dt = 3 * time.Second
 	}
-	nc, err := net.DialTimeout("tcp", c.Addr, dt)
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// The dial ends with ctx too: a server whose link is down answers
+	// no SYN, and a caller whose chain moved on must not wait out the
+	// dial timeout.
+	d := net.Dialer{Timeout: dt}
+	nc, err := d.DialContext(ctx, "tcp", c.Addr)
 	if err != nil {
 		return nil, &NetError{c.Addr, err}
 	}
@@ -220,7 +227,7 @@ func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data 
 	if ctx != nil && ctx.Err() != nil {
 		return nil, c.ctxErr(ctx, ctx.Err())
 	}
-	cn, err := c.get()
+	cn, err := c.get(ctx)
 	if err != nil {
 		return nil, err
 	}
