@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -125,19 +124,13 @@ func waitFencing(t *testing.T, c *testcluster.Cluster, within time.Duration) str
 	t.Helper()
 	t0 := time.Now()
 	for time.Since(t0) < within {
-		out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
-		if err != nil {
-			t.Fatalf("status: %v\n%s", err, out)
-		}
 		var st struct {
 			Fencing []struct {
 				Fenced  bool   `json:"fenced"`
 				Summary string `json:"summary"`
 			} `json:"fencing"`
 		}
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatal(err)
-		}
+		readStatus(t, c, &st)
 		if len(st.Fencing) > 0 {
 			return st.Fencing[0].Summary
 		}
@@ -160,19 +153,13 @@ func atoi(t *testing.T, s string) int {
 // as `tandem status --json` reports it.
 func targetStates(t *testing.T, c *testcluster.Cluster) map[uint32]string {
 	t.Helper()
-	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
-	if err != nil {
-		t.Fatalf("status: %v\n%s", err, out)
-	}
 	var st struct {
 		Targets []struct {
 			ID    uint32 `json:"id"`
 			State string `json:"state"`
 		} `json:"targets"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatal(err)
-	}
+	readStatus(t, c, &st)
 	m := map[uint32]string{}
 	for _, tg := range st.Targets {
 		m[tg.ID] = tg.State
@@ -249,25 +236,19 @@ func TestFailingDiskIsFailedOverButATransientErrorIsNot(t *testing.T) {
 // targetByPath returns the ID of the target whose directory is path.
 func targetByPath(t *testing.T, c *testcluster.Cluster, path string) uint32 {
 	t.Helper()
-	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
-	if err != nil {
-		t.Fatalf("status: %v\n%s", err, out)
-	}
 	var st struct {
 		Targets []struct {
 			ID   uint32 `json:"id"`
 			Path string `json:"path"`
 		} `json:"targets"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatal(err)
-	}
+	readStatus(t, c, &st)
 	for _, tg := range st.Targets {
 		if tg.Path == path {
 			return tg.ID
 		}
 	}
-	t.Fatalf("no target at %s: %s", path, out)
+	t.Fatalf("no target at %s: %+v", path, st.Targets)
 	return 0
 }
 

@@ -12,22 +12,29 @@ import (
 	"tandemfs/internal/testcluster"
 )
 
-// leaderReplica returns the name of the metadata replica that leads, as
-// `tandem status --json` reports it.
-func leaderReplica(t *testing.T, c *testcluster.Cluster) string {
+// readStatus decodes `tandem status --json` of the cluster into st, a
+// struct naming the fields the caller needs.
+func readStatus(t *testing.T, c *testcluster.Cluster, st any) {
 	t.Helper()
 	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
+	if err := json.Unmarshal([]byte(out), st); err != nil {
+		t.Fatalf("status --json: %v: %s", err, out)
+	}
+}
+
+// leaderReplica returns the name of the metadata replica that leads, as
+// `tandem status --json` reports it.
+func leaderReplica(t *testing.T, c *testcluster.Cluster) string {
+	t.Helper()
 	var st struct {
 		Meta struct {
 			Addr string `json:"addr"`
 		} `json:"meta"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status --json: %v: %s", err, out)
-	}
+	readStatus(t, c, &st)
 	for _, m := range c.Layout.Metas {
 		if m.Addr == st.Meta.Addr {
 			return m.ID

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"encoding/json"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -25,10 +24,6 @@ func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
 // the chain's version.
 func chainStatus(t *testing.T, c *testcluster.Cluster) (map[uint32][]string, map[uint32]uint32) {
 	t.Helper()
-	out, err := runTandem(t, "status", "--data", c.Dir(), "--json")
-	if err != nil {
-		t.Fatalf("status: %v\n%s", err, out)
-	}
 	var st struct {
 		Chains []struct {
 			ID      uint32   `json:"id"`
@@ -37,9 +32,7 @@ func chainStatus(t *testing.T, c *testcluster.Cluster) (map[uint32][]string, map
 			States  []string `json:"states"`
 		} `json:"chains"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status --json: %v: %s", err, out)
-	}
+	readStatus(t, c, &st)
 	m, v := map[uint32][]string{}, map[uint32]uint32{}
 	for _, ch := range st.Chains {
 		if len(ch.Targets) > 1 {
