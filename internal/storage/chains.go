@@ -58,6 +58,9 @@ type chainState struct {
 	// exclusively by deletions of a whole range of chunks.
 	chunkLocks [4096]sync.Mutex
 	inoLocks   [256]sync.RWMutex
+	// applyMu is held shared by a follower while it applies a change,
+	// and taken by changeBarrier.
+	applyMu sync.RWMutex
 
 	peersMu sync.Mutex
 	peers   map[string]*rpc.Client
@@ -79,6 +82,7 @@ func (s *Service) refreshView(want uint64) error {
 		nv := newChainView(&m)
 		s.cs.view.Store(nv)
 		s.cs.epochs.Update(m.Chains)
+		s.observeMap(nv)
 		s.recordVersions(nv)
 	}
 	return nil

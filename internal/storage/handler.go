@@ -36,7 +36,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		var r proto.ChunkTruncateReq
 		r.Decode(d)
 		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
-			return s.onChain(&r.Chunk.Routing, c, func() func() { return s.lockChunk(c.ID, r.Chunk.Ino, r.Chunk.Index) },
+			return s.onChain(&r.Chunk.Routing, c, chunkChange(r.Chunk.Ino, r.Chunk.Index), func() func() { return s.lockChunk(c.ID, r.Chunk.Ino, r.Chunk.Index) },
 				func() error { return st.Truncate(r.Chunk.Ino, r.Chunk.Index, int64(r.Size)) },
 				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
@@ -48,7 +48,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		var r proto.ChunkSyncReq
 		r.Decode(d)
 		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
-			return s.onChain(&r.Routing, c, noLock,
+			return s.onChain(&r.Routing, c, change{}, noLock,
 				func() error { return st.Sync(r.Ino, r.Indexes) },
 				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
@@ -60,7 +60,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		var r proto.ChunkDeleteReq
 		r.Decode(d)
 		return s.serve(d, &r.Routing, func(st *Target, c proto.Chain) error {
-			return s.onChain(&r.Routing, c, func() func() { return s.lockIno(c.ID, r.Ino) },
+			return s.onChain(&r.Routing, c, deleteChange(r.Ino, r.From, r.To), func() func() { return s.lockIno(c.ID, r.Ino) },
 				func() error { return st.DeleteRange(r.Ino, r.From, r.To) },
 				func(ctx context.Context, p *rpc.Client, to proto.Routing) error {
 					f := r
@@ -98,7 +98,7 @@ func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.C
 
 func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
 	ref := &r.Chunk
-	return s.onChain(&ref.Routing, c, func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
+	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {
 			if err := st.Write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {
 				return err

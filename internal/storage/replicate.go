@@ -24,14 +24,33 @@ import (
 // hung or cut off, and the request must be retried along the new chain.
 type forwardFunc func(ctx context.Context, peer *rpc.Client, to proto.Routing) error
 
-// onChain applies a change admitted for chain c: locally only on a chain
-// of one or on a follower, and on the head under lock() and forwarded.
-func (s *Service) onChain(rt *proto.Routing, c proto.Chain, lock func() func(), apply func() error, fwd forwardFunc) error {
+// onChain applies change ch, admitted for chain c: locally only on a chain
+// of one or on a follower, and on the head under lock() and forwarded. On
+// a replicated chain the change is recorded for the dirty sets (dirty.go)
+// before the lock that orders it is released.
+func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func() func(), apply func() error, fwd forwardFunc) error {
 	if len(c.Targets) == 1 {
 		return apply()
 	}
-	local := func() error { return s.guardDisk(rt.Target, apply) }
+	local := func() error {
+		err := s.guardDisk(rt.Target, apply)
+		// Recorded even when it failed: the chunk may have changed part way.
+		var cur *proto.Chain
+		if cc, ok := s.cs.view.Load().chains[c.ID]; ok {
+			cur = &cc
+		}
+		s.dirty.record(&c, cur, ch)
+		return err
+	}
 	if rt.Forwarded {
+		// The apply lock and a second version check: a resync that starts
+		// after a map change waits for the changes admitted before it
+		// (changeBarrier), and later ones see the new version.
+		s.cs.applyMu.RLock()
+		defer s.cs.applyMu.RUnlock()
+		if cur, ok := s.cs.view.Load().chains[c.ID]; !ok || cur.Version != rt.Version {
+			return rpc.Errorf(syscall.ESTALE, "chain %d changed while the forwarded request waited", c.ID)
+		}
 		return local()
 	}
 	unlock := lock()
@@ -125,3 +144,15 @@ func (s *Service) lockIno(chain uint32, ino uint64) func() {
 }
 
 func noLock() func() { return func() {} }
+
+// changeBarrier returns once every change this server was applying to a
+// replicated chain when it was called has been applied and recorded: the
+// head's changes hold an ino lock, a follower's the apply lock.
+func (s *Service) changeBarrier() {
+	for i := range s.cs.inoLocks {
+		s.cs.inoLocks[i].Lock()
+		s.cs.inoLocks[i].Unlock()
+	}
+	s.cs.applyMu.Lock()
+	s.cs.applyMu.Unlock()
+}

@@ -14,18 +14,22 @@ import (
 
 // Resync, run by the head of a chain for each syncing member. The member
 // already takes every new change (it is a follower); the head walks both
-// copies bucket by bucket and copies each chunk the member lacks, holds at
-// another size, or that changed on the head since the member fell out of
-// date (with a margin for changes in flight when it failed and for clock
-// differences), and deletes chunks the head no longer has. Each chunk is
-// copied under the head's chunk lock, so no change to it can slip between
-// the copy and the forwarded changes. When the walk completes the head
-// reports to the metadata leader, which makes the member serving if the
-// chain has not changed meanwhile.
+// copies bucket by bucket and copies each chunk the member lacks or holds
+// at another size, each chunk of its dirty set for the member (what
+// changed here while the member was out, see dirty.go), and deletes chunks
+// the head no longer has. Without a usable dirty set (this head restarted,
+// the member came back without having been seen offline) it copies instead
+// every chunk that changed on the head since the member fell out of date
+// (with a margin for changes in flight when it failed and for clock
+// differences). Each chunk is copied under the head's chunk lock, so no
+// change to it can slip between the copy and the forwarded changes. When
+// the walk completes the head reports to the metadata leader, which makes
+// the member serving if the chain has not changed meanwhile.
 
 // resyncMargin widens the window of chunks a resync copies: changes in
-// flight when the member failed, and clocks that differ between the
-// metadata leader (which timed the failure) and this server.
+// flight when the member failed, changes it acknowledged but lost with its
+// page cache, and clocks that differ between the metadata leader (which
+// timed the failure) and this server.
 const resyncMargin = time.Minute
 
 // resyncPiece is the size of the pieces a chunk is copied in.
@@ -147,7 +151,9 @@ type resyncRun struct {
 	store *Target
 	peer  *rpc.Client
 	to    proto.Routing
-	since int64 // unix ms: chunks changed after it are copied
+	since int64 // unix ms: chunks changed after it are copied (without dirty)
+	// dirty is what the member missed (see dirty.go), nil if unknown.
+	dirty *changeSet
 	job   *resyncJob
 }
 
@@ -168,6 +174,28 @@ func (s *Service) resync(head *Target, c proto.Chain, mi int, job *resyncJob) er
 	}
 	if c.SinceMs[mi] == 0 {
 		r.since = math.MinInt64 // unknown: copy everything
+	}
+	// Every change admitted under an older version of the chain is
+	// applied and recorded after the barrier; the tracker must have seen
+	// the version being resynced.
+	s.changeBarrier()
+	if v := s.cs.view.Load(); v != nil {
+		s.observeMap(v)
+	}
+	set, why, busy := s.dirty.snapshot(c, member)
+	for busy {
+		if err := r.current(); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+		set, why, busy = s.dirty.snapshot(c, member)
+	}
+	if why == "" {
+		r.dirty = &set
+		s.logf("storage: resync of target %d in chain %d: copying the %d chunks (and deleted ranges) changed while it was out, and any missing or of another size",
+			member, c.ID, set.n)
+	} else {
+		s.logf("storage: resync of target %d in chain %d: comparing every chunk, since this server does not know what it missed (%s)", member, c.ID, why)
 	}
 	for b := range Buckets {
 		if err := r.bucket(uint8(b)); err != nil {
@@ -222,7 +250,7 @@ func (r *resyncRun) bucket(b uint8) error {
 			todo = append(todo, chunkKey{theirs[j].Ino, theirs[j].Index})
 			j++
 		default: // on both
-			if mine[i].Size != theirs[j].Size || mine[i].MtimeMs >= r.since {
+			if mine[i].Size != theirs[j].Size || r.changed(mine[i]) {
 				todo = append(todo, chunkKey{mine[i].Ino, mine[i].Index})
 			} else {
 				r.job.update(func(p *proto.ResyncProgress) { p.Chunks++ })
@@ -235,6 +263,15 @@ func (r *resyncRun) bucket(b uint8) error {
 		return err
 	}
 	return r.syncMember(copied)
+}
+
+// changed reports whether the head's chunk st may differ from the
+// member's copy of the same size.
+func (r *resyncRun) changed(st proto.ChunkStat) bool {
+	if r.dirty != nil {
+		return r.dirty.has(chunkKey{st.Ino, st.Index})
+	}
+	return st.MtimeMs >= r.since
 }
 
 // resyncWorkers is how many chunks a resync copies at once: enough to keep

@@ -73,6 +73,7 @@ type Service struct {
 	leaseWarn sync.Once
 	failed    failedTargets
 	known     knownVersions
+	dirty     dirtyTracker
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	regOnce   sync.Once
@@ -145,6 +146,7 @@ func newService(cfg Config) (*Service, error) {
 	s.cs.peers = map[string]*rpc.Client{}
 	s.resyncs.running = map[[2]uint32]*resyncJob{}
 	s.resyncs.done = map[[2]uint32]uint32{}
+	s.dirty.init(time.Now)
 	if s.logf == nil {
 		s.logf = log.Printf
 	}
