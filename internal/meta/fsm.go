@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/hashicorp/raft"
 
 	"tandemfs/internal/proto"
@@ -58,7 +59,7 @@ func OpenFSM(dir string, logf func(string, ...any)) (*FSM, error) {
 	if logf == nil {
 		logf = log.Printf
 	}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{logf}})
+	db, err := pebble.Open(dir, storeOptions(logf))
 	if err != nil {
 		return nil, fmt.Errorf("opening metadata store %s: %w", dir, err)
 	}
@@ -68,6 +69,23 @@ func OpenFSM(dir string, logf func(string, ...any)) (*FSM, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// storeCacheSize is the metadata store's block cache. Pebble's default of
+// 8 MiB held too few blocks: profiles of a create loop showed a quarter of
+// the service's time reading sstable blocks back from files.
+const storeCacheSize = 128 << 20
+
+// storeOptions tunes Pebble for the metadata service's reads, which are
+// point lookups of one directory entry and one inode. Bloom filters on
+// every level answer the lookup of a name that does not exist (the first
+// step of every create) without reading a block of each level.
+func storeOptions(logf func(string, ...any)) *pebble.Options {
+	o := &pebble.Options{Logger: quietLogger{logf}, CacheSize: storeCacheSize}
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return o
 }
 
 func (f *FSM) loadState() error {
