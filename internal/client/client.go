@@ -5,6 +5,7 @@
 package client
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -64,7 +65,8 @@ type Client struct {
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
 
-	attrs attrCache
+	ns        nsCache       // inodes and entries learnt, kept current by watchLoop
+	metaCalls atomic.Uint64 // calls to the metadata service, watches aside
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -100,8 +102,9 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("metadata service %s: %w", cfg.MetaAddr, err)
 	}
 	c.keepalive()
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.background()
+	go c.watchLoop()
 	return c, nil
 }
 
@@ -125,6 +128,18 @@ func (c *Client) Close() {
 // Session identifies this client to the metadata service (for files it
 // keeps open after they were unlinked).
 func (c *Client) Session() uint64 { return c.session }
+
+// MetaCalls counts the calls this client made to the metadata service
+// (watch requests aside), to see what its caches save.
+func (c *Client) MetaCalls() uint64 { return c.metaCalls.Load() }
+
+// Watching reports whether the client follows the metadata leader's
+// change stream, so that its namespace cache may answer for long.
+func (c *Client) Watching() bool {
+	c.ns.mu.Lock()
+	defer c.ns.mu.Unlock()
+	return c.ns.isLive(time.Now())
+}
 
 // InlineLimit is the largest file size kept inline in the metadata.
 func (c *Client) InlineLimit() uint32 {
@@ -169,8 +184,15 @@ func (c *Client) closeMetas() {
 // or a "not the leader" answer it moves on to the next replica, so a
 // retry reaches the new leader after a failover.
 func (c *Client) callLeader(op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
+	return c.callLeaderContext(context.Background(), op, enc, dec)
+}
+
+func (c *Client) callLeaderContext(ctx context.Context, op uint16, enc func(*wire.Enc), dec func(*wire.Dec) error) error {
 	i := int(c.leader.Load()) % len(c.metas)
-	err := c.metas[i].Call(op, enc, dec)
+	if op != proto.OpWatch {
+		c.metaCalls.Add(1)
+	}
+	err := c.metas[i].CallContext(ctx, op, enc, dec)
 	if err != nil && retryable(err) && len(c.metas) > 1 {
 		c.leader.CompareAndSwap(int32(i), int32((i+1)%len(c.metas)))
 	}
@@ -305,10 +327,11 @@ func decodeInode(n *proto.Inode) func(*wire.Dec) error {
 // it in the attribute cache.
 func (c *Client) inodeCall(op uint16, enc func(*wire.Enc)) (*proto.Inode, error) {
 	var n proto.Inode
+	wm := c.ns.watermark()
 	if err := c.metaCall(op, enc, decodeInode(&n)); err != nil {
 		return nil, err
 	}
-	c.attrs.put(&n)
+	c.ns.putInode(&n, wm)
 	return &n, nil
 }
 

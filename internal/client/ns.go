@@ -12,20 +12,36 @@ import (
 // The namespace operations below are thin, typed wrappers over metadata
 // service calls. Errors carry POSIX errnos (rpc.ErrnoOf).
 
-// Lookup finds name in directory parent.
+// Lookup finds name in directory parent, in the namespace cache if this
+// client knows the name (see nscache.go).
 func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
 	if len(name) > proto.MaxName {
 		return nil, syscall.ENAMETOOLONG
 	}
+	if ino, ok := c.ns.getDent(parent, name); ok {
+		if n, ok := c.ns.getInode(ino); ok {
+			return &n, nil
+		}
+	}
+	wm := c.ns.watermark()
 	r := proto.LookupReq{Parent: parent, Name: name}
-	return c.inodeCall(proto.OpLookup, r.Encode)
+	var n proto.Inode
+	if err := c.metaCall(proto.OpLookup, r.Encode, decodeInode(&n)); err != nil {
+		if errnoOf(err) == syscall.ENOENT {
+			c.ns.dropDent(parent, name)
+		}
+		return nil, err
+	}
+	c.ns.putInode(&n, wm)
+	c.ns.putDent(parent, name, n.Ino, wm, wm)
+	return &n, nil
 }
 
 // GetAttr returns inode ino, with this client's unflushed writes applied.
 // An inode this client learnt less than attrTTL ago is answered from the
 // cache.
 func (c *Client) GetAttr(ino uint64) (*proto.Inode, error) {
-	if n, ok := c.attrs.get(ino); ok {
+	if n, ok := c.ns.getInode(ino); ok {
 		c.overlay(&n)
 		return &n, nil
 	}
@@ -43,14 +59,18 @@ func (c *Client) FreshAttr(ino uint64) (*proto.Inode, error) {
 	return n, nil
 }
 
-// entryCall runs create or link and caches the inode and its directory.
-func (c *Client) entryCall(op uint16, enc func(*wire.Enc)) (*proto.Inode, error) {
+// entryCall runs create or link of parent/name and caches the inode, its
+// directory and the new entry (current as of the change: the directory's
+// new version).
+func (c *Client) entryCall(op uint16, parent uint64, name string, enc func(*wire.Enc)) (*proto.Inode, error) {
 	var r proto.EntryReply
+	wm := c.ns.watermark()
 	if err := c.metaCall(op, enc, func(d *wire.Dec) error { r.Decode(d); return nil }); err != nil {
 		return nil, err
 	}
-	c.attrs.put(&r.Inode)
-	c.attrs.put(&r.Parent)
+	c.ns.putInode(&r.Inode, wm)
+	c.ns.putInode(&r.Parent, wm)
+	c.ns.putDent(parent, name, r.Inode.Ino, r.Parent.Version, wm)
 	return &r.Inode, nil
 }
 
@@ -62,7 +82,7 @@ func (c *Client) Create(r *proto.CreateReq) (*proto.Inode, error) {
 	if len(r.Target) > proto.MaxSymlink {
 		return nil, syscall.ENAMETOOLONG
 	}
-	return c.entryCall(proto.OpCreate, r.Encode)
+	return c.entryCall(proto.OpCreate, r.Parent, r.Name, r.Encode)
 }
 
 // Link adds a hard link.
@@ -71,7 +91,7 @@ func (c *Client) Link(ino, newParent uint64, newName string) (*proto.Inode, erro
 		return nil, syscall.ENAMETOOLONG
 	}
 	r := proto.LinkReq{Ino: ino, NewParent: newParent, NewName: newName}
-	return c.entryCall(proto.OpLink, r.Encode)
+	return c.entryCall(proto.OpLink, newParent, newName, r.Encode)
 }
 
 // Unlink removes a name (dir: like rmdir). If this client has the inode
@@ -90,10 +110,12 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	}
 	r := proto.UnlinkReq{Parent: parent, Name: name, Dir: dir, Open: open, Session: c.session}
 	var reply proto.UnlinkReply
+	wm := c.ns.watermark()
 	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	c.ns.dropDent(parent, name)
 	if err == nil {
-		c.attrs.drop(reply.Ino)
-		c.attrs.put(&reply.Parent)
+		c.ns.dropInode(reply.Ino)
+		c.ns.putInode(&reply.Parent, wm)
 	}
 	if err == nil && open && !reply.Removed {
 		c.markOrphan(reply.Ino)
@@ -115,12 +137,15 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 	r := proto.RenameReq{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName,
 		Flags: flags, Open: replacedOpen != 0, Session: c.session}
 	var reply proto.RenameReply
+	wm := c.ns.watermark()
 	err := c.metaCall(proto.OpRename, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	c.ns.dropDent(oldParent, oldName)
+	c.ns.dropDent(newParent, newName)
 	if err == nil {
-		c.attrs.put(&reply.OldParent)
-		c.attrs.put(&reply.NewParent)
-		c.attrs.drop(reply.Moved) // ctime moves
-		c.attrs.drop(reply.Replaced)
+		c.ns.putInode(&reply.OldParent, wm)
+		c.ns.putInode(&reply.NewParent, wm)
+		c.ns.dropInode(reply.Moved) // ctime moves
+		c.ns.dropInode(reply.Replaced)
 	}
 	if err == nil && replacedOpen != 0 {
 		c.markOrphan(replacedOpen)
@@ -132,10 +157,15 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 func (c *Client) ReadDir(ino uint64, after string, limit int, plus bool) (*proto.ReadDirReply, error) {
 	var reply proto.ReadDirReply
 	r := proto.ReadDirReq{Ino: ino, After: after, Limit: uint32(limit), Plus: plus}
+	wm := c.ns.watermark()
 	err := c.metaCall(proto.OpReadDir, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 	for i := range reply.Inodes {
-		c.attrs.put(&reply.Inodes[i])
-		c.overlay(&reply.Inodes[i])
+		n := &reply.Inodes[i]
+		c.ns.putInode(n, wm)
+		if i < len(reply.Entries) && reply.Entries[i].Ino == n.Ino {
+			c.ns.putDent(ino, reply.Entries[i].Name, n.Ino, wm, wm)
+		}
+		c.overlay(n)
 	}
 	return &reply, err
 }
@@ -179,7 +209,7 @@ func (c *Client) SetXattr(ino uint64, name string, value []byte, flags uint32) e
 		return syscall.E2BIG
 	}
 	c.forgetCapability(ino)
-	defer c.attrs.drop(ino) // ctime moves
+	defer c.ns.dropInode(ino) // ctime moves
 	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags}
 	return c.metaCall(proto.OpSetXattr, r.Encode, nil)
 }
@@ -201,14 +231,14 @@ func (c *Client) ListXattr(ino uint64) ([]string, error) {
 // RemoveXattr removes an extended attribute.
 func (c *Client) RemoveXattr(ino uint64, name string) error {
 	c.forgetCapability(ino)
-	defer c.attrs.drop(ino)
+	defer c.ns.dropInode(ino)
 	r := proto.XattrReq{Ino: ino, Name: name}
 	return c.metaCall(proto.OpRemoveXattr, r.Encode, nil)
 }
 
 // SetStripe sets the striping pattern new files in directory ino get.
 func (c *Client) SetStripe(ino uint64, s proto.Stripe) error {
-	defer c.attrs.drop(ino)
+	defer c.ns.dropInode(ino)
 	r := proto.SetStripeReq{Ino: ino, Stripe: s}
 	return c.metaCall(proto.OpSetStripe, r.Encode, nil)
 }

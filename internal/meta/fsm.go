@@ -41,6 +41,7 @@ type FSM struct {
 	db      *pebble.DB
 	applied uint64
 	logf    func(format string, args ...any)
+	events  *eventLog // changes for watching clients (leader only)
 
 	inlineLimit uint32
 
@@ -94,6 +95,11 @@ func (f *FSM) loadState() error {
 		return err
 	}
 	f.applied = decodeU64(v)
+	if f.events == nil {
+		f.events = newEventLog(f.applied)
+	} else {
+		f.events.restart(f.applied) // a snapshot replaced the state
+	}
 	v, _, err = get(f.db, keyInlineLimit)
 	if err != nil {
 		return err
@@ -128,7 +134,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	d := wire.NewDec(l.Data)
 	op, now := d.U16(), d.I64()
-	t := &tx{f: f, b: f.db.NewIndexedBatch(), now: now}
+	t := &tx{f: f, b: f.db.NewIndexedBatch(), index: l.Index, now: now}
 	defer t.b.Close()
 	out := wire.NewEnc(nil)
 	err := f.dispatch(t, op, d, out)
@@ -137,6 +143,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	f.applied = l.Index
 	if err != nil {
+		f.events.add(l.Index, nil)
 		return &result{err: err}
 	}
 	t.b.Set(keyApplied, u64Bytes(l.Index), nil)
@@ -147,6 +154,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	for _, fn := range t.after {
 		fn()
 	}
+	f.events.add(l.Index, t.changes)
 	return &result{reply: out.B}
 }
 

@@ -101,6 +101,19 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 			}
 			return nil
 		})
+	case proto.OpWatch:
+		var r proto.WatchReq
+		return read(d, &r, func() error {
+			var reply proto.WatchReply
+			s.fsm.events.watch(&r, s.stop, &reply)
+			if !s.serving.Load() {
+				// Deposed while waiting: this replica's changes
+				// may be missing the new leader's.
+				return rpc.Errorf(syscall.EAGAIN, "metadata replica %s is no longer the leader", s.cfg.ID)
+			}
+			reply.Encode(out)
+			return nil
+		})
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })

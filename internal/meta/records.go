@@ -7,7 +7,10 @@ import (
 	"tandemfs/internal/wire"
 )
 
-const recordVersion = 1
+const (
+	recordVersion1 = 1 // inode without Version
+	recordVersion  = 2
+)
 
 // inodeRec is an inode as stored: what clients see plus the parent of a
 // directory (for ".." and for refusing to move a directory into itself).
@@ -19,18 +22,23 @@ type inodeRec struct {
 func (r *inodeRec) marshal() []byte {
 	e := wire.NewEnc(make([]byte, 0, 128+len(r.InlineData)))
 	e.U8(recordVersion)
-	r.Inode.Encode(e)
+	e.U64(r.Version)
+	r.Inode.EncodeBody(e)
 	e.U64(r.Parent)
 	return e.B
 }
 
 func unmarshalInode(b []byte) (*inodeRec, error) {
 	d := wire.NewDec(b)
-	if v := d.U8(); v != recordVersion {
+	r := &inodeRec{}
+	switch v := d.U8(); v {
+	case recordVersion:
+		r.Version = d.U64()
+	case recordVersion1: // written before inodes had versions
+	default:
 		return nil, fmt.Errorf("inode record version %d unknown", v)
 	}
-	r := &inodeRec{}
-	r.Inode.Decode(d)
+	r.Inode.DecodeBody(d)
 	r.Parent = d.U64()
 	return r, d.Finish()
 }

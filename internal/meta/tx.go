@@ -81,8 +81,12 @@ func dirEmpty(r reader, ino uint64) (bool, error) {
 type tx struct {
 	f     *FSM
 	b     *pebble.Batch
-	now   int64 // the leader's clock when it proposed the command
+	index uint64 // the command's Raft log index: the version of what it writes
+	now   int64  // the leader's clock when it proposed the command
 	after []func()
+	// changes lists the inodes and entries the command wrote, for the
+	// clients watching the namespace (see events.go).
+	changes []proto.ChangeEvent
 }
 
 func (t *tx) inode(ino uint64) (*inodeRec, error) { return loadInode(t.b, ino) }
@@ -92,13 +96,33 @@ func (t *tx) lookup(parent uint64, name string) (uint64, uint32, bool, error) {
 	return lookupEntry(t.b, parent, name)
 }
 
-func (t *tx) putInode(r *inodeRec) { t.b.Set(inoKey(r.Ino), r.marshal(), nil) }
+// putInode stores r as changed by this command.
+func (t *tx) putInode(r *inodeRec) {
+	r.Version = t.index
+	t.b.Set(inoKey(r.Ino), r.marshal(), nil)
+	t.changed(r.Ino, 0, "")
+}
 
 func (t *tx) putDent(parent uint64, name string, ino uint64, mode uint32) {
 	t.b.Set(dentKey(parent, name), marshalDent(ino, mode), nil)
+	t.changed(0, parent, name)
 }
 
-func (t *tx) delDent(parent uint64, name string) { t.b.Delete(dentKey(parent, name), nil) }
+func (t *tx) delDent(parent uint64, name string) {
+	t.b.Delete(dentKey(parent, name), nil)
+	t.changed(0, parent, name)
+}
+
+// changed records an inode (parent 0) or a directory entry this command
+// changes, once.
+func (t *tx) changed(ino, parent uint64, name string) {
+	for _, c := range t.changes {
+		if c.Ino == ino && c.Parent == parent && c.Name == name {
+			return
+		}
+	}
+	t.changes = append(t.changes, proto.ChangeEvent{Index: t.index, Ino: ino, Parent: parent, Name: name})
+}
 
 func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
 
@@ -107,6 +131,7 @@ func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
 // record so the chunks get deleted in the background.
 func (t *tx) dropInode(r *inodeRec) {
 	t.b.Delete(inoKey(r.Ino), nil)
+	t.changed(r.Ino, 0, "")
 	// Point deletes, not a range tombstone: most inodes have no xattrs,
 	// and piles of range tombstones slow every later read.
 	lo := xattrKey(r.Ino, "")

@@ -30,6 +30,7 @@ const (
 	OpSync       // make every change so far durable on disk (an application's fsync)
 	OpResyncDone // a chain's head finished copying a member: it may serve
 	OpTargetFailed
+	OpWatch // wait for namespace changes after an index (see WatchReq)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

@@ -96,9 +96,24 @@ type Inode struct {
 	InlineData []byte
 	// Target is a symlink's target.
 	Target string
+	// Version is the metadata log index of the inode's last change: a
+	// client cache holding an older version is out of date (see WatchReq).
+	Version uint64
 }
 
 func (n *Inode) Encode(e *wire.Enc) {
+	n.EncodeBody(e)
+	e.U64(n.Version)
+}
+
+func (n *Inode) Decode(d *wire.Dec) {
+	n.DecodeBody(d)
+	n.Version = d.U64()
+}
+
+// EncodeBody encodes every field but Version (which the metadata store
+// keeps apart, in front of the body, in its inode records).
+func (n *Inode) EncodeBody(e *wire.Enc) {
 	n.Attr.Encode(e)
 	n.Stripe.Encode(e)
 	e.U32s(n.Chains)
@@ -107,7 +122,8 @@ func (n *Inode) Encode(e *wire.Enc) {
 	e.String(n.Target)
 }
 
-func (n *Inode) Decode(d *wire.Dec) {
+// DecodeBody decodes what EncodeBody encoded.
+func (n *Inode) DecodeBody(d *wire.Dec) {
 	n.Attr.Decode(d)
 	n.Stripe.Decode(d)
 	n.Chains = d.U32s(MaxChains)

@@ -1,0 +1,221 @@
+package client
+
+import (
+	"sync"
+	"time"
+
+	"tandemfs/internal/proto"
+)
+
+// The namespace cache: inodes and directory entries this client learnt
+// from the metadata service, so that getattr, open and the kernel's
+// lookups of names it already knows need no round trip.
+//
+// Without a watch (see watch.go) an entry answers for shortTTL, the
+// kernel's own attribute timeout, which makes nothing staler than the
+// kernel already does. While the client watches the leader's change
+// stream, an entry answers for up to watchedTTL and is dropped as soon as
+// a change to it arrives. Changes are known by their metadata log index:
+//
+//   - an inode carries the index of its last change (Version), so the
+//     notice of this client's own change, which arrives after the reply,
+//     does not drop the fresh copy it already holds;
+//   - a reply is not cached for long if the stream already told of a
+//     newer change (it was in flight while the change happened);
+//   - a directory entry learnt by a lookup is as new as the last change
+//     the client had seen when it asked (its watermark);
+//   - the names of recent changes are kept to make those decisions; when
+//     they are forgotten (the floor moves up), replies to requests sent
+//     before are cached only briefly.
+//
+// Negative answers are never cached: a name another client just created
+// is found at once, as MPI jobs that create a file on one rank and open
+// it on the others expect.
+
+// shortTTL is how long an entry answers without a live watch.
+const shortTTL = time.Second
+
+// watchedTTL bounds how long an entry answers with a live watch.
+const watchedTTL = 30 * time.Second
+
+// cacheMax bounds each map; when full it is simply emptied.
+const cacheMax = 1 << 17
+
+type dentKey struct {
+	parent uint64
+	name   string
+}
+
+type cachedInode struct {
+	n       proto.Inode
+	at      time.Time
+	watched bool // learnt while the watch was live, at or above the floor
+}
+
+type cachedDent struct {
+	ino     uint64
+	version uint64 // the change index the entry is known to be current at
+	at      time.Time
+	watched bool
+}
+
+type nsCache struct {
+	mu     sync.Mutex
+	inodes map[uint64]cachedInode
+	dents  map[dentKey]cachedDent
+
+	// The watch's state: the stream followed, the index of the last
+	// change applied, the floor below which changes are forgotten, and
+	// the index of the last change seen to each inode and entry.
+	live     bool
+	stream   uint64
+	upto     uint64
+	floor    uint64
+	lastIno  map[uint64]uint64
+	lastDent map[dentKey]uint64
+	liveAt   time.Time // the last watch reply
+}
+
+// watchHealthy is how long after the last watch reply the watch counts as
+// live; the leader answers at least every watchWait.
+const watchHealthy = 2 * watchWait
+
+func (c *nsCache) isLive(now time.Time) bool {
+	return c.live && now.Sub(c.liveAt) < watchHealthy
+}
+
+func (c *nsCache) valid(at time.Time, watched bool, now time.Time) bool {
+	age := now.Sub(at)
+	if watched && c.isLive(now) {
+		return age < watchedTTL
+	}
+	return age < shortTTL
+}
+
+// watermark is the change index to note when sending a request whose
+// reply will be cached.
+func (c *nsCache) watermark() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.upto
+}
+
+// putInode caches n from a reply to a request sent at watermark wm.
+func (c *nsCache) putInode(n *proto.Inode, wm uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastIno[n.Ino] > n.Version {
+		delete(c.inodes, n.Ino) // a newer change is known: n is stale
+		return
+	}
+	if c.inodes == nil || len(c.inodes) >= cacheMax {
+		c.inodes = make(map[uint64]cachedInode)
+	}
+	c.inodes[n.Ino] = cachedInode{n: *n, at: time.Now(), watched: c.live && wm >= c.floor}
+}
+
+func (c *nsCache) getInode(ino uint64) (proto.Inode, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.inodes[ino]
+	if !ok || !c.valid(e.at, e.watched, time.Now()) {
+		return proto.Inode{}, false
+	}
+	return e.n, true
+}
+
+func (c *nsCache) dropInode(ino uint64) {
+	c.mu.Lock()
+	delete(c.inodes, ino)
+	c.mu.Unlock()
+}
+
+// putDent caches that parent/name is ino, current as of change version,
+// from a reply to a request sent at watermark wm.
+func (c *nsCache) putDent(parent uint64, name string, ino, version, wm uint64) {
+	k := dentKey{parent, name}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastDent[k] > version {
+		delete(c.dents, k)
+		return
+	}
+	if c.dents == nil || len(c.dents) >= cacheMax {
+		c.dents = make(map[dentKey]cachedDent)
+	}
+	c.dents[k] = cachedDent{ino: ino, version: version, at: time.Now(), watched: c.live && wm >= c.floor}
+}
+
+func (c *nsCache) getDent(parent uint64, name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.dents[dentKey{parent, name}]
+	if !ok || !c.valid(e.at, e.watched, time.Now()) {
+		return 0, false
+	}
+	return e.ino, true
+}
+
+func (c *nsCache) dropDent(parent uint64, name string) {
+	c.mu.Lock()
+	delete(c.dents, dentKey{parent, name})
+	c.mu.Unlock()
+}
+
+// apply takes in a watch reply: the changes it lists drop what they make
+// stale; a lost stream drops everything.
+func (c *nsCache) apply(r *proto.WatchReply) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Lost || r.Stream != c.stream {
+		c.forgetLocked(r.Stream, r.Upto)
+	}
+	for i := range r.Events {
+		ev := &r.Events[i]
+		if ev.Parent == 0 {
+			c.lastIno[ev.Ino] = ev.Index
+			if e, ok := c.inodes[ev.Ino]; ok && e.n.Version < ev.Index {
+				delete(c.inodes, ev.Ino)
+			}
+			continue
+		}
+		k := dentKey{ev.Parent, ev.Name}
+		c.lastDent[k] = ev.Index
+		if e, ok := c.dents[k]; ok && e.version < ev.Index {
+			delete(c.dents, k)
+		}
+	}
+	if r.Upto > c.upto {
+		c.upto = r.Upto
+	}
+	if len(c.lastIno)+len(c.lastDent) > cacheMax {
+		// Forget the names of old changes; replies to requests sent
+		// before now can no longer be checked against them.
+		c.lastIno, c.lastDent = map[uint64]uint64{}, map[dentKey]uint64{}
+		c.floor = c.upto
+	}
+	c.live, c.liveAt = true, time.Now()
+}
+
+// forgetLocked drops everything learnt and follows stream from index upto.
+func (c *nsCache) forgetLocked(stream, upto uint64) {
+	c.inodes, c.dents = nil, nil
+	c.lastIno, c.lastDent = map[uint64]uint64{}, map[dentKey]uint64{}
+	c.stream, c.upto, c.floor = stream, upto, upto
+}
+
+// lost marks the watch broken: entries fall back to shortTTL, and the
+// next reply starts afresh.
+func (c *nsCache) lost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = false
+	c.stream = 0
+}
+
+// watchReq is the next watch request.
+func (c *nsCache) watchReq() proto.WatchReq {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return proto.WatchReq{Stream: c.stream, After: c.upto, WaitMs: uint32(watchWait / time.Millisecond)}
+}

@@ -1,0 +1,84 @@
+package client
+
+import (
+	"testing"
+
+	"tandemfs/internal/proto"
+)
+
+// liveCache is a namespace cache following stream 7 from index 100.
+func liveCache() *nsCache {
+	c := &nsCache{}
+	c.apply(&proto.WatchReply{Stream: 7, Upto: 100, Lost: true})
+	return c
+}
+
+func inode(ino, version uint64) *proto.Inode {
+	n := &proto.Inode{Version: version}
+	n.Ino = ino
+	return n
+}
+
+func TestACachedInodeGoesWhenAnotherChangeArrives(t *testing.T) {
+	c := liveCache()
+	c.putInode(inode(5, 90), c.watermark())
+	c.apply(&proto.WatchReply{Stream: 7, Upto: 101, Events: []proto.ChangeEvent{{Index: 101, Ino: 5}}})
+	if _, ok := c.getInode(5); ok {
+		t.Fatal("an inode changed at 101 is still answered at version 90")
+	}
+}
+
+func TestTheNoticeOfOwnChangeKeepsTheReply(t *testing.T) {
+	c := liveCache()
+	wm := c.watermark()
+	c.putInode(inode(5, 101), wm) // the reply to this client's change at 101
+	c.putDent(1, "f", 5, 101, wm)
+	c.apply(&proto.WatchReply{Stream: 7, Upto: 101, Events: []proto.ChangeEvent{{Index: 101, Ino: 5}, {Index: 101, Parent: 1, Name: "f"}}})
+	if _, ok := c.getInode(5); !ok {
+		t.Fatal("the notice of the client's own change dropped its fresh inode")
+	}
+	if _, ok := c.getDent(1, "f"); !ok {
+		t.Fatal("the notice of the client's own create dropped the entry")
+	}
+}
+
+func TestAReplyOvertakenByAChangeIsNotCached(t *testing.T) {
+	c := liveCache()
+	wm := c.watermark()
+	// The change at 102 arrives while the lookup (sent at 100) is in
+	// flight; the lookup's answer may predate it.
+	c.apply(&proto.WatchReply{Stream: 7, Upto: 102, Events: []proto.ChangeEvent{{Index: 102, Ino: 5}, {Index: 102, Parent: 1, Name: "f"}}})
+	c.putInode(inode(5, 99), wm)
+	c.putDent(1, "f", 5, wm, wm)
+	if _, ok := c.getInode(5); ok {
+		t.Fatal("an inode older than a known change was cached")
+	}
+	if _, ok := c.getDent(1, "f"); ok {
+		t.Fatal("an entry looked up before a known change to it was cached")
+	}
+}
+
+func TestALostStreamForgetsEverything(t *testing.T) {
+	c := liveCache()
+	c.putInode(inode(5, 90), c.watermark())
+	c.putDent(1, "f", 5, 100, c.watermark())
+	c.apply(&proto.WatchReply{Stream: 8, Upto: 200, Lost: true})
+	if _, ok := c.getInode(5); ok {
+		t.Fatal("an inode survived a lost stream")
+	}
+	if _, ok := c.getDent(1, "f"); ok {
+		t.Fatal("an entry survived a lost stream")
+	}
+}
+
+func TestWithoutAWatchEntriesAreShortLived(t *testing.T) {
+	c := liveCache()
+	c.lost()
+	c.putInode(inode(5, 90), c.watermark())
+	c.mu.Lock()
+	e := c.inodes[5]
+	c.mu.Unlock()
+	if e.watched {
+		t.Fatal("an inode learnt without a live watch may answer for long")
+	}
+}

@@ -1,0 +1,80 @@
+package proto
+
+import "tandemfs/internal/wire"
+
+// Namespace change notification. Every change the metadata state machine
+// applies carries its Raft log index; the leader keeps the recent changes
+// in memory, and a client long-polls for those after the last index it has
+// seen. A client that misses nothing may keep what it has learnt for
+// longer than a timeout, dropping exactly what changed.
+
+// WatchReq asks for the changes after index After of the event stream
+// Stream (0: none yet). The leader answers at once if it has changes,
+// and otherwise waits up to WaitMs for one.
+type WatchReq struct {
+	Stream uint64
+	After  uint64
+	WaitMs uint32
+}
+
+func (r *WatchReq) Encode(e *wire.Enc) { e.U64(r.Stream); e.U64(r.After); e.U32(r.WaitMs) }
+func (r *WatchReq) Decode(d *wire.Dec) {
+	r.Stream = d.U64()
+	r.After = d.U64()
+	r.WaitMs = d.U32()
+}
+
+// MaxWatchWait bounds how long a watch request may be held.
+const MaxWatchWait = 10_000
+
+// MaxWatchEvents bounds the changes in one watch reply.
+const MaxWatchEvents = 1 << 14
+
+// ChangeEvent names what one applied command changed: an inode (Name
+// empty and Parent 0), or the entry Name in directory Parent.
+type ChangeEvent struct {
+	Index  uint64
+	Ino    uint64
+	Parent uint64
+	Name   string
+}
+
+// WatchReply holds every change with an index in (After, Upto] when Lost
+// is false. Lost means changes the client asked for are gone (another
+// leader took over, so Stream differs, or the client fell too far behind):
+// it must forget everything it learnt and go on from Upto.
+type WatchReply struct {
+	Stream uint64
+	Upto   uint64
+	Lost   bool
+	Events []ChangeEvent
+}
+
+func (r *WatchReply) Encode(e *wire.Enc) {
+	e.U64(r.Stream)
+	e.U64(r.Upto)
+	e.Bool(r.Lost)
+	e.U32(uint32(len(r.Events)))
+	for i := range r.Events {
+		ev := &r.Events[i]
+		e.U64(ev.Index)
+		e.U64(ev.Ino)
+		e.U64(ev.Parent)
+		e.String(ev.Name)
+	}
+}
+
+func (r *WatchReply) Decode(d *wire.Dec) {
+	r.Stream = d.U64()
+	r.Upto = d.U64()
+	r.Lost = d.Bool()
+	n := d.Count(MaxWatchEvents, 28)
+	r.Events = make([]ChangeEvent, n)
+	for i := range r.Events {
+		ev := &r.Events[i]
+		ev.Index = d.U64()
+		ev.Ino = d.U64()
+		ev.Parent = d.U64()
+		ev.Name = d.String(MaxName)
+	}
+}
