@@ -67,6 +67,7 @@ type Client struct {
 
 	ns        nsCache       // inodes and entries learnt, kept current by watchLoop
 	metaCalls atomic.Uint64 // calls to the metadata service, watches aside
+	inv       atomic.Pointer[Invalidator]
 
 	stop chan struct{}
 	wg   sync.WaitGroup

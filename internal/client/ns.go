@@ -114,7 +114,7 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 	c.ns.dropDent(parent, name)
 	if err == nil {
-		c.ns.dropInode(reply.Ino)
+		c.ns.removed(parent, name, reply.Ino, reply.Parent.Version)
 		c.ns.putInode(&reply.Parent, wm)
 	}
 	if err == nil && open && !reply.Removed {
@@ -142,10 +142,11 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 	c.ns.dropDent(oldParent, oldName)
 	c.ns.dropDent(newParent, newName)
 	if err == nil {
+		// The moved inode's ctime moves; a replaced one loses a link.
+		c.ns.removed(oldParent, oldName, reply.Moved, reply.NewParent.Version)
+		c.ns.removed(newParent, newName, reply.Replaced, reply.NewParent.Version)
 		c.ns.putInode(&reply.OldParent, wm)
 		c.ns.putInode(&reply.NewParent, wm)
-		c.ns.dropInode(reply.Moved) // ctime moves
-		c.ns.dropInode(reply.Replaced)
 	}
 	if err == nil && replacedOpen != 0 {
 		c.markOrphan(replacedOpen)

@@ -162,27 +162,60 @@ func (c *nsCache) dropDent(parent uint64, name string) {
 	c.mu.Unlock()
 }
 
+// removed records that this client's own change at index removed or
+// moved parent/name and changed inode ino (0: none): the notice of it
+// then tells nothing new, and nothing older than it may be cached.
+func (c *nsCache) removed(parent uint64, name string, ino, index uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := dentKey{parent, name}
+	delete(c.dents, k)
+	delete(c.inodes, ino)
+	if c.lastDent == nil {
+		return // not watching yet
+	}
+	c.lastDent[k] = max(c.lastDent[k], index)
+	if ino != 0 {
+		c.lastIno[ino] = max(c.lastIno[ino], index)
+	}
+}
+
 // apply takes in a watch reply: the changes it lists drop what they make
-// stale; a lost stream drops everything.
-func (c *nsCache) apply(r *proto.WatchReply) {
+// stale; a lost stream drops everything. It returns the changes this
+// client did not already know of (not its own), for caches in front of it,
+// and whether everything must be forgotten.
+func (c *nsCache) apply(r *proto.WatchReply) (news []proto.ChangeEvent, forgetAll bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.Lost || r.Stream != c.stream {
 		c.forgetLocked(r.Stream, r.Upto)
+		forgetAll = true
 	}
 	for i := range r.Events {
 		ev := &r.Events[i]
 		if ev.Parent == 0 {
-			c.lastIno[ev.Ino] = ev.Index
-			if e, ok := c.inodes[ev.Ino]; ok && e.n.Version < ev.Index {
-				delete(c.inodes, ev.Ino)
+			known := c.lastIno[ev.Ino] >= ev.Index // this client's own removal
+			c.lastIno[ev.Ino] = max(c.lastIno[ev.Ino], ev.Index)
+			e, ok := c.inodes[ev.Ino]
+			if ok && e.n.Version >= ev.Index {
+				continue
+			}
+			delete(c.inodes, ev.Ino)
+			if !known {
+				news = append(news, *ev)
 			}
 			continue
 		}
 		k := dentKey{ev.Parent, ev.Name}
-		c.lastDent[k] = ev.Index
-		if e, ok := c.dents[k]; ok && e.version < ev.Index {
-			delete(c.dents, k)
+		known := c.lastDent[k] >= ev.Index
+		c.lastDent[k] = max(c.lastDent[k], ev.Index)
+		e, ok := c.dents[k]
+		if ok && e.version >= ev.Index {
+			continue
+		}
+		delete(c.dents, k)
+		if !known {
+			news = append(news, *ev)
 		}
 	}
 	if r.Upto > c.upto {
@@ -195,6 +228,7 @@ func (c *nsCache) apply(r *proto.WatchReply) {
 		c.floor = c.upto
 	}
 	c.live, c.liveAt = true, time.Now()
+	return news, forgetAll
 }
 
 // forgetLocked drops everything learnt and follows stream from index upto.
@@ -205,12 +239,14 @@ func (c *nsCache) forgetLocked(stream, upto uint64) {
 }
 
 // lost marks the watch broken: entries fall back to shortTTL, and the
-// next reply starts afresh.
-func (c *nsCache) lost() {
+// next reply starts afresh. It reports whether the watch was live.
+func (c *nsCache) lost() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	was := c.live
 	c.live = false
 	c.stream = 0
+	return was
 }
 
 // watchReq is the next watch request.

@@ -82,3 +82,19 @@ func TestWithoutAWatchEntriesAreShortLived(t *testing.T) {
 		t.Fatal("an inode learnt without a live watch may answer for long")
 	}
 }
+
+func TestOnlyOtherClientsChangesArePassedOn(t *testing.T) {
+	c := liveCache()
+	wm := c.watermark()
+	c.putInode(inode(5, 101), wm) // this client's create at 101
+	c.putDent(1, "f", 5, 101, wm)
+	c.removed(1, "g", 6, 102) // and its unlink at 102
+	news, all := c.apply(&proto.WatchReply{Stream: 7, Upto: 103, Events: []proto.ChangeEvent{
+		{Index: 101, Ino: 5}, {Index: 101, Parent: 1, Name: "f"},
+		{Index: 102, Ino: 6}, {Index: 102, Parent: 1, Name: "g"},
+		{Index: 103, Ino: 7}, {Index: 103, Parent: 1, Name: "h"}, // another client's
+	}})
+	if all || len(news) != 2 || news[0].Ino != 7 || news[1].Name != "h" {
+		t.Fatalf("passed on %+v (all %v), want only the changes at 103", news, all)
+	}
+}

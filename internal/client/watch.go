@@ -31,10 +31,13 @@ func (c *Client) watchLoop() {
 		err := c.callLeaderContext(ctx, proto.OpWatch, req.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 		pause := watchBatch
 		if err != nil {
-			c.ns.lost()
+			if c.ns.lost() {
+				c.invalidator().InvalidateAll()
+			}
 			pause = 100 * time.Millisecond
 		} else {
-			c.ns.apply(&reply)
+			news, all := c.ns.apply(&reply)
+			c.pass(news, all)
 			if len(reply.Events) == 0 && !reply.Lost {
 				pause = 0
 			}
@@ -42,6 +45,48 @@ func (c *Client) watchLoop() {
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
+		}
+	}
+}
+
+// Invalidator is told of the changes other clients make, so that a cache
+// in front of this client (the kernel's, for a FUSE mount) can drop what
+// they make stale.
+type Invalidator interface {
+	InvalidateInode(ino uint64)
+	InvalidateEntry(parent uint64, name string)
+	// InvalidateAll: the change stream was lost; anything may have
+	// changed.
+	InvalidateAll()
+}
+
+type noInvalidator struct{}
+
+func (noInvalidator) InvalidateInode(uint64)         {}
+func (noInvalidator) InvalidateEntry(uint64, string) {}
+func (noInvalidator) InvalidateAll()                 {}
+
+// SetInvalidator registers the cache in front of this client.
+func (c *Client) SetInvalidator(inv Invalidator) { c.inv.Store(&inv) }
+
+func (c *Client) invalidator() Invalidator {
+	if p := c.inv.Load(); p != nil {
+		return *p
+	}
+	return noInvalidator{}
+}
+
+// pass hands the changes other clients made to the invalidator.
+func (c *Client) pass(news []proto.ChangeEvent, all bool) {
+	inv := c.invalidator()
+	if all {
+		inv.InvalidateAll()
+	}
+	for _, ev := range news {
+		if ev.Parent == 0 {
+			inv.InvalidateInode(ev.Ino)
+		} else {
+			inv.InvalidateEntry(ev.Parent, ev.Name)
 		}
 	}
 }

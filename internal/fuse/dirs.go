@@ -103,7 +103,7 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 			return gofuse.OK
 		}
 		if n != nil {
-			fillEntry(n, eo)
+			fs.fillEntry(in.NodeId, e.Name, n, eo)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -18,18 +17,12 @@ import (
 	"tandemfs/internal/rpc"
 )
 
-// Kernel cache lifetimes. Attributes and names are cached for a second,
-// which keeps stat-heavy workloads off the metadata service while bounding
-// how stale another client's view can be (like NFS's actimeo).
-const (
-	entryTimeout = time.Second
-	attrTimeout  = time.Second
-)
-
 // FS implements gofuse.RawFileSystem over a client.
 type FS struct {
 	gofuse.RawFileSystem // ENOSYS for what is not implemented
 	c                    *client.Client
+
+	kernel *kernelCache // the kernel's timeouts and invalidations
 
 	mu     sync.Mutex
 	nextFh uint64
@@ -40,7 +33,8 @@ type FS struct {
 // New returns a file system serving c.
 func New(c *client.Client) *FS {
 	return &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c,
-		files: map[uint64]*client.Handle{}, dirs: map[uint64]*dirHandle{}}
+		kernel: newKernelCache(c.Watching),
+		files:  map[uint64]*client.Handle{}, dirs: map[uint64]*dirHandle{}}
 }
 
 func (fs *FS) String() string { return "tandem" }
@@ -69,10 +63,11 @@ func fillAttr(n *proto.Inode, a *gofuse.Attr) {
 	}
 }
 
-func fillEntry(n *proto.Inode, out *gofuse.EntryOut) {
+// fillEntry answers a lookup (or create) of parent/name with n.
+func (fs *FS) fillEntry(parent uint64, name string, n *proto.Inode, out *gofuse.EntryOut) {
 	out.NodeId = n.Ino
-	out.SetEntryTimeout(entryTimeout)
-	out.SetAttrTimeout(attrTimeout)
+	out.SetEntryTimeout(fs.kernel.entryTimeout(parent, name))
+	out.SetAttrTimeout(fs.kernel.attrTimeout(n.Ino))
 	fillAttr(n, &out.Attr)
 }
 
@@ -82,7 +77,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, ou
 		return status(err)
 	}
 	fs.c.OverlayAttr(n)
-	fillEntry(n, out)
+	fs.fillEntry(h.NodeId, name, n, out)
 	return gofuse.OK
 }
 
@@ -94,7 +89,7 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.
 		return status(err)
 	}
 	fillAttr(n, &out.Attr)
-	out.SetTimeout(attrTimeout)
+	out.SetTimeout(fs.kernel.attrTimeout(n.Ino))
 	return gofuse.OK
 }
 
@@ -146,7 +141,7 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.
 		return status(err)
 	}
 	fillAttr(n, &out.Attr)
-	out.SetTimeout(attrTimeout)
+	out.SetTimeout(fs.kernel.attrTimeout(n.Ino))
 	return gofuse.OK
 }
 
@@ -167,7 +162,7 @@ func (fs *FS) create(h *gofuse.InHeader, parent uint64, name string, mode, rdev 
 	if err != nil {
 		return nil, status(err)
 	}
-	fillEntry(n, out)
+	fs.fillEntry(parent, name, n, out)
 	return n, gofuse.OK
 }
 
@@ -232,7 +227,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *
 		return status(err)
 	}
 	fs.c.OverlayAttr(n)
-	fillEntry(n, out)
+	fs.fillEntry(in.NodeId, name, n, out)
 	return gofuse.OK
 }
 

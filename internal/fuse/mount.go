@@ -46,10 +46,14 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// before every single write (a round trip per write).
 		ExtraCapabilities: gofuse.CAP_HANDLE_KILLPRIV_V2,
 	}
-	srv, err := gofuse.NewServer(New(c), dir, opts)
+	fs := New(c)
+	srv, err := gofuse.NewServer(fs, dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
+	// Changes other clients make reach the kernel's caches at once.
+	fs.kernel.notify = srv
+	c.SetInvalidator(fs.kernel)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()

@@ -1,0 +1,133 @@
+package fuse
+
+import (
+	"sync"
+	"time"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The kernel's caches of names and attributes. Without the metadata
+// leader's change stream the kernel may keep what it is told for
+// shortTimeout, as NFS's actimeo bounds how stale another client's view
+// gets. While the client follows the stream (client.Watching), the kernel
+// may keep names and attributes for longTimeout: every change another
+// client makes is passed on to the kernel at once (FUSE notify), and if
+// the stream is lost, every long timeout still running is taken back.
+const (
+	shortTimeout = time.Second
+	longTimeout  = 10 * time.Second
+)
+
+// maxLeases bounds the long timeouts remembered; past it, new replies get
+// short ones.
+const maxLeases = 1 << 17
+
+type nameKey struct {
+	parent uint64
+	name   string
+}
+
+// kernelCache decides the kernel's timeouts and passes invalidations on.
+type kernelCache struct {
+	watching func() bool
+	notify   notifier
+
+	mu     sync.Mutex
+	inodes map[uint64]time.Time  // long attribute timeouts: when they end
+	names  map[nameKey]time.Time // long entry timeouts: when they end
+}
+
+// notifier is the part of the FUSE server that reaches the kernel.
+type notifier interface {
+	InodeNotify(node uint64, off int64, length int64) gofuse.Status
+	EntryNotify(parent uint64, name string) gofuse.Status
+}
+
+func newKernelCache(watching func() bool) *kernelCache {
+	return &kernelCache{watching: watching, inodes: map[uint64]time.Time{}, names: map[nameKey]time.Time{}}
+}
+
+// attrTimeout is the timeout to give the kernel for ino's attributes.
+func (k *kernelCache) attrTimeout(ino uint64) time.Duration {
+	if k.notify == nil || !k.watching() {
+		return shortTimeout
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.roomLocked() {
+		return shortTimeout
+	}
+	k.inodes[ino] = time.Now().Add(longTimeout)
+	return longTimeout
+}
+
+// entryTimeout is the timeout to give the kernel for parent/name.
+func (k *kernelCache) entryTimeout(parent uint64, name string) time.Duration {
+	if k.notify == nil || !k.watching() {
+		return shortTimeout
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.roomLocked() {
+		return shortTimeout
+	}
+	k.names[nameKey{parent, name}] = time.Now().Add(longTimeout)
+	return longTimeout
+}
+
+// roomLocked makes room for one more long timeout, if it can.
+func (k *kernelCache) roomLocked() bool {
+	if len(k.inodes) < maxLeases && len(k.names) < maxLeases {
+		return true
+	}
+	now := time.Now()
+	for i, end := range k.inodes {
+		if now.After(end) {
+			delete(k.inodes, i)
+		}
+	}
+	for n, end := range k.names {
+		if now.After(end) {
+			delete(k.names, n)
+		}
+	}
+	return len(k.inodes) < maxLeases && len(k.names) < maxLeases
+}
+
+// InvalidateInode drops the kernel's attributes and cached data of ino
+// (another client changed it).
+func (k *kernelCache) InvalidateInode(ino uint64) {
+	if k.notify != nil {
+		k.notify.InodeNotify(ino, 0, 0)
+	}
+}
+
+// InvalidateEntry drops the kernel's entry parent/name.
+func (k *kernelCache) InvalidateEntry(parent uint64, name string) {
+	if k.notify != nil {
+		k.notify.EntryNotify(parent, name)
+	}
+}
+
+// InvalidateAll takes back every long timeout still running.
+func (k *kernelCache) InvalidateAll() {
+	k.mu.Lock()
+	inodes, names := k.inodes, k.names
+	k.inodes, k.names = map[uint64]time.Time{}, map[nameKey]time.Time{}
+	k.mu.Unlock()
+	if k.notify == nil {
+		return
+	}
+	now := time.Now()
+	for ino, end := range inodes {
+		if now.Before(end) {
+			k.notify.InodeNotify(ino, -1, 0)
+		}
+	}
+	for n, end := range names {
+		if now.Before(end) {
+			k.notify.EntryNotify(n.parent, n.name)
+		}
+	}
+}

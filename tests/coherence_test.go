@@ -1,0 +1,132 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"tandemfs/internal/testcluster"
+)
+
+// Two clients, two kernels: the kernel of a mount may keep names and
+// attributes for ten seconds while its client follows the metadata
+// leader's change stream, yet a change made through another mount shows
+// in well under a second, because the client passes every change of
+// another client on to its kernel (FUSE notify).
+
+// seenSoon is how quickly another mount's change must show: far below
+// the kernel's timeout, so that only an invalidation can explain it.
+const seenSoon = 700 * time.Millisecond
+
+// secondMount mounts the cluster a second time, as another client host
+// would, and unmounts it when the test ends.
+func secondMount(t *testing.T, c *testcluster.Cluster) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "mnt2")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testcluster.Binary(t), "mount", "--meta", c.Layout.MetaAddr,
+		"--secret-file", c.Layout.SecretFile, dir)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Unmount(dir, syscall.MNT_DETACH)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("second mount's log:\n%s", log.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st syscall.Statfs_t
+		if syscall.Statfs(dir, &st) == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
+			return dir
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second mount did not come up:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// showsSoon polls cond until it holds, failing after seenSoon.
+func showsSoon(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(seenSoon)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen through the other mount within %v", what, seenSoon)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestChangesThroughOneMountShowThroughAnotherAtOnce(t *testing.T) {
+	c := testcluster.Start(t)
+	a := c.Mount()
+	b := secondMount(t, c)
+	if err := os.WriteFile(filepath.Join(a, "f"), []byte("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Let both clients' watches settle, then fill b's kernel cache.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(b, "f")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Chmod(filepath.Join(a, "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	showsSoon(t, "chmod", func() bool {
+		st, err := os.Stat(filepath.Join(b, "f"))
+		return err == nil && st.Mode().Perm() == 0o600
+	})
+
+	if err := os.Rename(filepath.Join(a, "f"), filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	showsSoon(t, "rename", func() bool {
+		_, errOld := os.Stat(filepath.Join(b, "f"))
+		_, errNew := os.Stat(filepath.Join(b, "g"))
+		return errors.Is(errOld, fs.ErrNotExist) && errNew == nil
+	})
+
+	if err := os.WriteFile(filepath.Join(a, "g"), []byte("second, longer"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	showsSoon(t, "rewrite", func() bool {
+		data, err := os.ReadFile(filepath.Join(b, "g"))
+		return err == nil && string(data) == "second, longer"
+	})
+
+	if err := os.Remove(filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	showsSoon(t, "unlink", func() bool {
+		_, err := os.Stat(filepath.Join(b, "g"))
+		return errors.Is(err, fs.ErrNotExist)
+	})
+
+	// A name created through b is found through a at once: absence is
+	// never cached.
+	if _, err := os.Stat(filepath.Join(a, "h")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("h before it exists: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "h"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(a, "h")); err != nil {
+		t.Fatalf("a file just created through the other mount: %v", err)
+	}
+}
