@@ -24,7 +24,11 @@ func FuzzMetaRequest(f *testing.F) {
 	raw := rpc.NewClient(svc.Addr(), testSecret)
 	defer raw.Close()
 	f.Fuzz(func(t *testing.T, payload []byte) {
+		ops := []uint16{proto.OpWatch}
 		for op := uint16(1); op <= proto.OpSync+1; op++ {
+			ops = append(ops, op)
+		}
+		for _, op := range ops {
 			err := raw.Call(op, func(e *wire.Enc) { e.B = append(e.B, payload...) }, func(d *wire.Dec) error {
 				d.Fail(nil)
 				for len(d.Rest()) > 0 {
