@@ -22,9 +22,10 @@ import (
 // every chunk that changed on the head since the member fell out of date
 // (with a margin for changes in flight when it failed and for clock
 // differences). Each chunk is copied under the head's chunk lock, so no
-// change to it can slip between the copy and the forwarded changes. When
-// the walk completes the head reports to the metadata leader, which makes
-// the member serving if the chain has not changed meanwhile.
+// change to it can slip between the copy and the forwarded changes; the
+// copied chunks are fsynced on the member in large batches. When the walk
+// completes the head reports to the metadata leader, which makes the
+// member serving if the chain has not changed meanwhile.
 
 // resyncMargin widens the window of chunks a resync copies: changes in
 // flight when the member failed, changes it acknowledged but lost with its
@@ -197,11 +198,8 @@ func (s *Service) resync(head *Target, c proto.Chain, mi int, job *resyncJob) er
 	} else {
 		s.logf("storage: resync of target %d in chain %d: comparing every chunk, since this server does not know what it missed (%s)", member, c.ID, why)
 	}
-	for b := range Buckets {
-		if err := r.bucket(uint8(b)); err != nil {
-			return fmt.Errorf("bucket %d: %w", b, err)
-		}
-		job.update(func(p *proto.ResyncProgress) { p.Buckets = uint32(b + 1) })
+	if err := r.walk(); err != nil {
+		return err
 	}
 	done := proto.ResyncDoneReq{Chain: c.ID, Target: member, Version: c.Version}
 	if _, err := s.callMeta(proto.OpResyncDone, done.Encode, nil); err != nil {
@@ -226,8 +224,91 @@ func (r *resyncRun) current() error {
 	return nil
 }
 
-// bucket resyncs the chunks of one bucket.
-func (r *resyncRun) bucket(b uint8) error {
+// walk compares the copies bucket by bucket and has the chunks that
+// differ copied by resyncWorkers workers while it lists the next buckets;
+// copied chunks are made durable on the member in large batches (see
+// syncer), all of them before walk returns, so before OpResyncDone.
+func (r *resyncRun) walk() error {
+	var (
+		mu       sync.Mutex
+		firstErr error
+		failed   = make(chan struct{})
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			close(failed)
+		}
+	}
+	todo := make(chan copyItem, resyncWorkers)
+	toSync := make(chan chunkKey, resyncWorkers)
+	var workers, syncer sync.WaitGroup
+	syncer.Add(1)
+	go func() {
+		defer syncer.Done()
+		if err := r.syncer(toSync); err != nil {
+			fail(err)
+		}
+	}()
+	for range resyncWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for it := range todo {
+				select {
+				case <-failed:
+					continue // drain
+				default:
+				}
+				k := it.key
+				n, kept, err := r.copyChunk(it)
+				if err != nil {
+					fail(err)
+					continue
+				}
+				r.job.update(func(p *proto.ResyncProgress) {
+					p.Chunks++
+					p.Copied++
+					p.Bytes += uint64(n)
+				})
+				if kept {
+					toSync <- k
+				}
+			}
+		}()
+	}
+walk:
+	for b := range Buckets {
+		if err := r.bucket(uint8(b), todo, failed); err != nil {
+			fail(fmt.Errorf("bucket %d: %w", b, err))
+			break
+		}
+		select {
+		case <-failed:
+			break walk
+		default:
+		}
+		r.job.update(func(p *proto.ResyncProgress) { p.Buckets = uint32(b + 1) })
+	}
+	close(todo)
+	workers.Wait()
+	close(toSync)
+	syncer.Wait()
+	return firstErr
+}
+
+// copyItem is a chunk to copy, and the member's copy as listed.
+type copyItem struct {
+	key        chunkKey
+	memberHas  bool
+	memberSize uint32
+}
+
+// bucket compares the chunks of bucket b on both copies and queues those
+// to copy on todo; it stops early when failed is closed.
+func (r *resyncRun) bucket(b uint8, todo chan<- copyItem, failed <-chan struct{}) error {
 	if err := r.current(); err != nil {
 		return err
 	}
@@ -239,30 +320,39 @@ func (r *resyncRun) bucket(b uint8) error {
 	if err != nil {
 		return err
 	}
-	var todo []chunkKey
-	i, j := 0, 0
-	for i < len(mine) || j < len(theirs) {
-		switch {
-		case j == len(theirs) || (i < len(mine) && less(mine[i], theirs[j])):
-			todo = append(todo, chunkKey{mine[i].Ino, mine[i].Index})
-			i++
-		case i == len(mine) || less(theirs[j], mine[i]):
-			todo = append(todo, chunkKey{theirs[j].Ino, theirs[j].Index})
-			j++
-		default: // on both
-			if mine[i].Size != theirs[j].Size || r.changed(mine[i]) {
-				todo = append(todo, chunkKey{mine[i].Ino, mine[i].Index})
-			} else {
-				r.job.update(func(p *proto.ResyncProgress) { p.Chunks++ })
-			}
-			i, j = i+1, j+1
+	queue := func(it copyItem) error {
+		select {
+		case todo <- it:
+			return nil
+		case <-failed:
+			return errors.New("stopped")
 		}
 	}
-	copied, err := r.copyAll(todo)
-	if err != nil {
-		return err
+	i, j := 0, 0
+	for i < len(mine) || j < len(theirs) {
+		var it copyItem
+		copyIt := true
+		switch {
+		case j == len(theirs) || (i < len(mine) && less(mine[i], theirs[j])):
+			it.key = chunkKey{mine[i].Ino, mine[i].Index}
+			i++
+		case i == len(mine) || less(theirs[j], mine[i]):
+			it = copyItem{chunkKey{theirs[j].Ino, theirs[j].Index}, true, uint32(theirs[j].Size)}
+			j++
+		default: // on both
+			it = copyItem{chunkKey{mine[i].Ino, mine[i].Index}, true, uint32(theirs[j].Size)}
+			copyIt = mine[i].Size != theirs[j].Size || r.changed(mine[i])
+			i, j = i+1, j+1
+		}
+		if !copyIt {
+			r.job.update(func(p *proto.ResyncProgress) { p.Chunks++ })
+			continue
+		}
+		if err := queue(it); err != nil {
+			return nil // the caller reports the error that stopped it
+		}
 	}
-	return r.syncMember(copied)
+	return nil
 }
 
 // changed reports whether the head's chunk st may differ from the
@@ -278,50 +368,35 @@ func (r *resyncRun) changed(st proto.ChunkStat) bool {
 // the network and both disks busy while one chunk waits on another.
 const resyncWorkers = 4
 
-// copyAll copies the chunks in todo, resyncWorkers at a time, and returns
-// them by file.
-func (r *resyncRun) copyAll(todo []chunkKey) (map[uint64][]uint64, error) {
-	var mu sync.Mutex
-	copied := map[uint64][]uint64{}
+// resyncSyncBatch is how many copied chunks a resync makes durable on the
+// member at once: about a GiB of 1 MiB chunks, most of which the member's
+// kernel has written back by then. Each fsync makes the member's file
+// system commit its journal, which stalls the copy's own writes
+// meanwhile: syncing per chunk, per bucket or per 256 chunks made a
+// resync up to twice as slow as syncing once at the end.
+const resyncSyncBatch = 1024
+
+// syncer makes the chunks received on toSync durable on the member, in
+// batches of resyncSyncBatch and the rest when toSync is closed.
+func (r *resyncRun) syncer(toSync <-chan chunkKey) error {
 	var firstErr error
-	next := make(chan chunkKey)
-	var wg sync.WaitGroup
-	for range min(resyncWorkers, len(todo)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range next {
-				n, err := r.copyChunk(k)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err == nil {
-					copied[k.ino] = append(copied[k.ino], k.idx)
-				}
-				mu.Unlock()
-				if err == nil {
-					r.job.update(func(p *proto.ResyncProgress) {
-						p.Chunks++
-						p.Copied++
-						p.Bytes += uint64(n)
-					})
-				}
-			}
-		}()
-	}
-	for _, k := range todo {
-		mu.Lock()
-		failed := firstErr != nil
-		mu.Unlock()
-		if failed {
-			break
+	batch := map[uint64][]uint64{}
+	n := 0
+	flush := func() {
+		if n > 0 && firstErr == nil {
+			firstErr = r.syncMember(batch)
 		}
-		next <- k
+		clear(batch)
+		n = 0
 	}
-	close(next)
-	wg.Wait()
-	return copied, firstErr
+	for k := range toSync {
+		batch[k.ino] = append(batch[k.ino], k.idx)
+		if n++; n >= resyncSyncBatch {
+			flush()
+		}
+	}
+	flush()
+	return firstErr
 }
 
 func less(a, b proto.ChunkStat) bool {
@@ -346,58 +421,86 @@ func (r *resyncRun) memberList(b uint8) ([]proto.ChunkStat, error) {
 	}
 }
 
-// copyChunk makes the member's copy of chunk k equal to the head's (or
-// deletes it if the head has none), under the head's chunk lock, and
-// returns the bytes sent.
-func (r *resyncRun) copyChunk(k chunkKey) (int, error) {
+// copyChunk makes the member's copy of chunk it.key equal to the head's
+// (or deletes it if the head has none), under the head's chunk lock, and
+// returns the bytes sent and whether the member holds the chunk now.
+//
+// The member's copy changes, between the listing and the copy, only by
+// changes forwarded by this head, which the head's copy has too. So a
+// chunk the member lacked is written piece by piece, holes (zero pieces)
+// left out, and cut to size only where a hole ends it; a chunk the member
+// holds is overwritten whole, zeros included, and cut to size only if the
+// member's was longer. Each truncation is a metadata change on the
+// member, which waits for its file system's journal; most chunks need
+// none.
+func (r *resyncRun) copyChunk(it copyItem) (int, bool, error) {
+	k := it.key
 	unlock := r.s.lockChunk(r.c.ID, k.ino, k.idx)
 	defer unlock()
 	if err := r.current(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	st, ok, err := r.store.StatChunk(k.ino, k.idx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if !ok {
 		del := proto.ChunkDeleteReq{Routing: r.to, Ino: k.ino, From: k.idx, To: k.idx + 1}
-		return 0, r.peer.Call(proto.OpChunkDelete, del.Encode, nil)
+		return 0, false, r.peer.Call(proto.OpChunkDelete, del.Encode, nil)
 	}
 	ref := proto.ChunkRef{Routing: r.to, Ino: k.ino, Index: k.idx}
-	if err := r.peer.Call(proto.OpChunkTruncate, (&proto.ChunkTruncateReq{Chunk: ref}).Encode, nil); err != nil {
-		return 0, err
-	}
 	bp := getBuf(resyncPiece)
 	defer putBuf(bp)
 	sent := 0
+	var end int64 // of the data written
 	for off := int64(0); off < int64(st.Size); off += resyncPiece {
 		n, err := r.store.Read(k.ino, k.idx, (*bp)[:resyncPiece], off)
 		if err != nil {
-			return sent, err
+			return sent, true, err
 		}
 		piece := (*bp)[:n]
-		if allZero(piece) {
+		if !it.memberHas && allZero(piece) {
 			continue // a hole stays a hole
 		}
 		w := proto.ChunkWriteReq{Chunk: ref, Off: uint32(off), Data: piece}
 		if err := r.peer.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
-			return sent, err
+			return sent, true, err
 		}
 		sent += n
+		end = off + int64(n)
 	}
-	tr := proto.ChunkTruncateReq{Chunk: ref, Size: uint32(st.Size)}
-	return sent, r.peer.Call(proto.OpChunkTruncate, tr.Encode, nil)
-}
-
-// syncMember makes the copied chunks durable on the member.
-func (r *resyncRun) syncMember(copied map[uint64][]uint64) error {
-	for ino, idxs := range copied {
-		req := proto.ChunkSyncReq{Routing: r.to, Ino: ino, Indexes: idxs}
-		if err := r.peer.Call(proto.OpChunkSync, req.Encode, nil); err != nil {
-			return err
+	if end < int64(st.Size) || st.Size == 0 || (it.memberHas && int64(it.memberSize) > int64(st.Size)) {
+		tr := proto.ChunkTruncateReq{Chunk: ref, Size: uint32(st.Size)}
+		if err := r.peer.Call(proto.OpChunkTruncate, tr.Encode, nil); err != nil {
+			return sent, true, err
 		}
 	}
-	return nil
+	return sent, true, nil
+}
+
+// resyncSyncCalls bounds the sync requests (one per file) in flight.
+const resyncSyncCalls = 16
+
+// syncMember makes the copied chunks durable on the member, one request
+// per file, resyncSyncCalls at a time.
+func (r *resyncRun) syncMember(copied map[uint64][]uint64) error {
+	errs := make(chan error, len(copied))
+	sem := make(chan struct{}, resyncSyncCalls)
+	for ino, idxs := range copied {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			req := proto.ChunkSyncReq{Routing: r.to, Ino: ino, Indexes: idxs}
+			errs <- r.peer.Call(proto.OpChunkSync, req.Encode, nil)
+		}()
+	}
+	var first error
+	for range copied {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func allZero(b []byte) bool {
