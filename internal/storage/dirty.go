@@ -43,9 +43,12 @@ import (
 //     reach back that far (this server started less than that before, or
 //     dropped older generations), it also scans the local copy of the chain
 //     for chunks whose mtime is that recent (a scan in the background,
-//     which a resync waits for). The scan cannot see a chunk deleted
-//     before this server started, whose deletion M did not get (it was
-//     not acknowledged) and that was created again after M returned.
+//     which a resync waits for). Before this server started M was serving,
+//     so it took every acknowledged deletion (deletions are durable when
+//     acknowledged); the scan cannot see only an unacknowledged deletion
+//     whose forward to M failed, of a chunk created again after M returned
+//     at the same size. If M failed before this server started, the set is
+//     unusable (rule 5).
 //  3. Coming back. A syncing M takes every new change by forwarding, so
 //     nothing more is added to its set. A head that starts a resync first
 //     waits for every change admitted under an older chain version to be
@@ -58,7 +61,9 @@ import (
 //     restarted); if this server's own member of the chain was offline or
 //     syncing (it missed changes itself); if the chain changed between
 //     versions this server did not see, while M was out; if M's failure
-//     time is unknown; if the recent log overflowed or a scan failed; or
+//     time is unknown or before this server started (a head restarted
+//     within the failure timeout, or as the last serving member, while M
+//     was out); if the recent log overflowed or a scan failed; or
 //     if the set outgrew dirtyMax. A head without a usable set falls back
 //     to the full comparison: it copies every chunk changed since M's
 //     failure time minus resyncMargin.
@@ -76,7 +81,7 @@ const (
 	// recentMax is the most chunks one generation records; past it the
 	// generation is marked overflowed and the log is unusable until that
 	// generation is dropped.
-	recentMax = 1 << 19
+	recentMax = 1 << 18
 	// dirtyMax is the most entries (chunks and deleted ranges) of one
 	// dirty set; past it the set is unusable.
 	dirtyMax = 1 << 21
@@ -211,15 +216,17 @@ type trackedChain struct {
 
 // dirtyTracker holds the recent log and the dirty sets of a server.
 type dirtyTracker struct {
-	mu     sync.Mutex
-	now    func() time.Time // time.Now; tests replace it
-	gens   []*generation    // oldest first
-	chains map[uint32]*trackedChain
+	mu      sync.Mutex
+	now     func() time.Time // time.Now; tests replace it
+	started time.Time        // when recording began
+	gens    []*generation    // oldest first
+	chains  map[uint32]*trackedChain
 }
 
 func (tr *dirtyTracker) init(now func() time.Time) {
 	tr.now = now
-	tr.gens = []*generation{{start: now(), set: newChangeSet()}}
+	tr.started = now()
+	tr.gens = []*generation{{start: tr.started, set: newChangeSet()}}
 	tr.chains = map[uint32]*trackedChain{}
 }
 
@@ -373,8 +380,14 @@ func (tr *dirtyTracker) observe(chains map[uint32]proto.Chain, local func(uint32
 				if since := c.SinceMs[i]; since > 0 && time.UnixMilli(since).Before(cutoff) {
 					cutoff = time.UnixMilli(since)
 				}
-				if c.SinceMs[i] == 0 {
+				switch since := c.SinceMs[i]; {
+				case since == 0:
 					d.spoil("its failure time is unknown")
+				case time.UnixMilli(since).Before(tr.started):
+					// Changes made here by this server's previous
+					// run while M was out, deletions among them,
+					// are unknown.
+					d.spoil("it failed before this server started")
 				}
 				scans = append(scans, tr.mergeRecent(d, cutoff.Add(-resyncMargin), id, c.Targets[own])...)
 			case d == nil: // syncing

@@ -197,6 +197,19 @@ func TestDirtySetOfAFreshServerScansForRecentChanges(t *testing.T) {
 	wantChunks(t, w.dirty(2), 2, 3, 4)
 }
 
+// A server that started after the member failed (its previous run, or a
+// partner, made changes while the member was out, deletions among them)
+// does not know what the member missed.
+func TestDirtySetOfAServerStartedAfterTheFailureIsUnusable(t *testing.T) {
+	w := newDirtyWorld(t)
+	c := w.chain(2, sv, of)
+	c.SinceMs[1] = w.now.Add(-10 * time.Second).UnixMilli()
+	w.see(c)
+	w.write(1)
+	w.see(w.chain(3, sv, sy))
+	w.unusable(2, "before this server started")
+}
+
 // A member seen syncing without having been seen offline (restarted
 // within the failure timeout, a replaced disk, or this server restarted
 // meanwhile) has no usable set; nor has one whose chain changed in
