@@ -37,9 +37,8 @@ func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
 	return &n, nil
 }
 
-// GetAttr returns inode ino, with this client's unflushed writes applied.
-// An inode this client learnt less than attrTTL ago is answered from the
-// cache.
+// GetAttr returns inode ino, with this client's unflushed writes applied,
+// from the namespace cache when it holds the inode (see nscache.go).
 func (c *Client) GetAttr(ino uint64) (*proto.Inode, error) {
 	if n, ok := c.ns.getInode(ino); ok {
 		c.overlay(&n)

@@ -193,6 +193,10 @@ func (c *nsCache) apply(r *proto.WatchReply) (news []proto.ChangeEvent, forgetAl
 	}
 	for i := range r.Events {
 		ev := &r.Events[i]
+		if ev.MapChanged() {
+			news = append(news, *ev)
+			continue
+		}
 		if ev.Parent == 0 {
 			known := c.lastIno[ev.Ino] >= ev.Index // this client's own removal
 			c.lastIno[ev.Ino] = max(c.lastIno[ev.Ino], ev.Index)

@@ -76,17 +76,25 @@ func (c *Client) invalidator() Invalidator {
 	return noInvalidator{}
 }
 
-// pass hands the changes other clients made to the invalidator.
+// pass hands the changes other clients made to the invalidator, and
+// reloads the cluster map when it changed: calls stuck on a failed head
+// end and go to the new one without waiting for the next periodic reload.
 func (c *Client) pass(news []proto.ChangeEvent, all bool) {
 	inv := c.invalidator()
 	if all {
 		inv.InvalidateAll()
 	}
+	reload := false
 	for _, ev := range news {
-		if ev.Parent == 0 {
+		if ev.MapChanged() {
+			reload = true
+		} else if ev.Parent == 0 {
 			inv.InvalidateInode(ev.Ino)
 		} else {
 			inv.InvalidateEntry(ev.Parent, ev.Name)
 		}
+	}
+	if reload {
+		c.refreshMap()
 	}
 }

@@ -58,8 +58,11 @@ func (t *tx) counter(key []byte) (uint32, error) {
 	return uint32(n), nil
 }
 
+// bumpMapVersion marks a change of the cluster map, which watching
+// clients hear of at once (a failover moves the heads they write to).
 func (t *tx) bumpMapVersion() error {
 	_, err := t.counter(keyMapVersion)
+	t.changed(0, 0, "")
 	return err
 }
 

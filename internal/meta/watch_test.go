@@ -9,6 +9,7 @@ import (
 	"tandemfs/internal/client"
 	"tandemfs/internal/meta"
 	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
 )
 
 // How clients keep their namespace caches current: each watches the
@@ -142,4 +143,22 @@ func TestALostStreamEmptiesTheCache(t *testing.T) {
 	if c.MetaCalls() == before {
 		t.Fatal("a lookup after the stream was lost was answered from the cache")
 	}
+}
+
+// A change of the cluster map (a server joining, a failover) reaches the
+// clients through the stream at once, not at their next periodic reload.
+func TestClientsHearOfClusterMapChangesAtOnce(t *testing.T) {
+	svc, c := setup(t)
+	waitWatching(t, c)
+	before := c.ClusterMap().Version
+	raw := rpc.NewClient(svc.Addr(), testSecret)
+	defer raw.Close()
+	req := proto.RegisterServerReq{UUID: "server-a", Addr: "127.0.0.1:1",
+		Targets: []proto.TargetInfo{{UUID: "target-a", Path: "/a", TotalBytes: 1 << 30, FreeBytes: 1 << 30}}}
+	if err := raw.Call(proto.OpRegisterServer, req.Encode, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new server in the client's cluster map", func() bool {
+		return c.ClusterMap().Version > before
+	})
 }

@@ -31,13 +31,17 @@ const MaxWatchWait = 10_000
 const MaxWatchEvents = 1 << 14
 
 // ChangeEvent names what one applied command changed: an inode (Name
-// empty and Parent 0), or the entry Name in directory Parent.
+// empty and Parent 0), the entry Name in directory Parent, or, with Ino
+// and Parent both 0, the cluster map.
 type ChangeEvent struct {
 	Index  uint64
 	Ino    uint64
 	Parent uint64
 	Name   string
 }
+
+// MapChanged reports whether the change is to the cluster map.
+func (ev *ChangeEvent) MapChanged() bool { return ev.Ino == 0 && ev.Parent == 0 }
 
 // WatchReply holds every change with an index in (After, Upto] when Lost
 // is false. Lost means changes the client asked for are gone (another
