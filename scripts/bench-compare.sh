@@ -13,7 +13,8 @@
 #   --tandem-bin PATH use an already built tandem binary (commit recorded as HEAD)
 #   --systems LIST    systems to measure, in this order
 #                     (default "local tandem juicefs seaweedfs moosefs glusterfs";
-#                     juicefs-redis is also known)
+#                     juicefs-redis is also known; tandem1 is TandemFS with one
+#                     copy of each file, as the peers keep by default)
 #   --out DIR         result directory (default docs/bench-results/YYYY-MM-DD,
 #                     or YYYY-MM-DD-HHMM if that already exists)
 #
@@ -82,7 +83,7 @@ command -v fio >/dev/null || die "fio is not installed ($SHARED/bench/install-de
 command -v python3 >/dev/null || die "python3 is not installed"
 for s in $SYSTEMS; do
     case $s in
-        local|tandem) ;;
+        local|tandem|tandem1) ;;
         juicefs-redis) [ -x "$PEERS/juicefs/up.sh" ] || [ -f "$PEERS/juicefs/up.sh" ] || die "no $PEERS/juicefs/up.sh" ;;
         *) [ -f "$PEERS/$s/up.sh" ] || die "unknown system '$s' (no $PEERS/$s/up.sh)" ;;
     esac
@@ -207,7 +208,7 @@ build_tandem() {
     esac
 }
 TANDEM_OK=false
-if [[ " $SYSTEMS " == *" tandem "* ]]; then
+if [[ " $SYSTEMS " == *" tandem "* || " $SYSTEMS " == *" tandem1 "* ]]; then
     log "building TandemFS ($MODE ${REV:-})"
     if build_tandem; then TANDEM_OK=true; log "built $SCRATCH/tandem from $TCOMMIT (dirty=$TDIRTY)"
     else log "TandemFS build FAILED (see logs/tandem.build.log)"; tail -5 "$OUT/logs/tandem.build.log" >&2; fi
@@ -283,7 +284,7 @@ measure() {
             mnt=$SCRATCH/local; mkdir -p "$mnt"
             ver="$(findmnt -n -o SOURCE,FSTYPE -T "$mnt" | tr -s ' ')"
             CURRENT_DOWN="rm -rf -- '$mnt'" ;;
-        tandem)
+        tandem|tandem1)
             if [ "$TANDEM_OK" != true ]; then
                 record "$sys" failed 0 "$TCOMMIT" "build failed (logs/tandem.build.log)" "$load" ""
                 log "=== $sys: FAILED (build)"; return
@@ -296,6 +297,12 @@ measure() {
                 tail -n 5 "$OUT/logs/tandem.up.log" | sed 's/^/    /' >&2
                 record "$sys" failed $((SECONDS - t0)) "$ver" "tandem up failed: $(tail -n 2 "$OUT/logs/tandem.up.log")" "$load" "$mnt"
                 log "=== $sys: FAILED (up)"; stop_current "$sys"; return
+            fi
+            # tandem1: one copy of each file, like the peers' defaults
+            # (TandemFS keeps two when it has two servers).
+            if [ "$sys" = tandem1 ] && ! "$SCRATCH/tandem" stripe set --replicas 1 "$mnt" >>"$OUT/logs/tandem.up.log" 2>&1; then
+                record "$sys" failed $((SECONDS - t0)) "$ver" "stripe set --replicas 1 failed" "$load" "$mnt"
+                log "=== $sys: FAILED (stripe set)"; stop_current "$sys"; return
             fi ;;
         *)
             local pdir=$sys penv=()
@@ -338,7 +345,7 @@ stop_current() {
         log "warning: stopping $1 failed (logs/$1.down.log)"
     fi
     CURRENT_DOWN=""
-    if [ "$1" = tandem ]; then
+    if [ "$1" = tandem ] || [ "$1" = tandem1 ]; then
         if mountpoint -q "$SCRATCH/td/mnt"; then log "warning: $SCRATCH/td/mnt still mounted"
         else rm -rf -- "$SCRATCH/td"; fi
     fi

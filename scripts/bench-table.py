@@ -27,10 +27,10 @@ MEASURES = [
     ("md3k_read_ops", "md read/s (3 KiB)"),
     ("md3k_remove_ops", "md remove/s (3 KiB)"),
 ]
-NAMES = {"local": "local disk", "tandem": "TandemFS", "juicefs": "JuiceFS",
+NAMES = {"local": "local disk", "tandem": "TandemFS", "tandem1": "TandemFS 1 copy", "juicefs": "JuiceFS",
          "juicefs-redis": "JuiceFS (Redis)", "seaweedfs": "SeaweedFS",
          "moosefs": "MooseFS", "glusterfs": "GlusterFS"}
-NOT_PEERS = ("local", "tandem")
+NOT_PEERS = ("local", "tandem", "tandem1")
 
 
 def fmt(v):
@@ -94,6 +94,9 @@ def main():
         cols.append("TandemFS/local")
     if has_t and peers:
         cols.append("TandemFS/best peer")
+    has_t1 = "tandem1" in order
+    if has_t1 and peers:
+        cols.append("TandemFS 1 copy/best peer")
     out.append("| " + " | ".join(cols) + " |")
     out.append("| --- | ---: |" + " ---: |" * (len(cols) - 2))
     for key, label in MEASURES:
@@ -110,6 +113,9 @@ def main():
                     row.append(r + " (" + NAMES.get(bp, bp) + ")")
                 else:
                     row.append("—")
+            if has_t1 and peers:
+                pv = [(val(p, key, j), p) for p in peers if val(p, key, j) is not None]
+                row.append(ratio(val("tandem1", key, j), max(pv)[0]) if pv else "—")
             out.append("| " + " | ".join(row) + " |")
 
     title = "# Benchmark comparison " + os.path.basename(os.path.normpath(d))
