@@ -18,7 +18,10 @@ import (
 
 // The line a chain head logs when a resync is done (tests/hamatrix reads
 // it too).
-var resyncDoneLine = regexp.MustCompile(`resync of target (\d+) in chain (\d+) done in \S+: (\d+) chunks examined, (\d+) copied \((\d+) bytes\)`)
+var (
+	resyncDoneLine = regexp.MustCompile(`resync of target (\d+) in chain (\d+) done in \S+: (\d+) chunks examined, (\d+) copied \((\d+) bytes\)`)
+	resyncTookLine = regexp.MustCompile(`resync of target \d+ in chain \d+ done in (\S+):`)
+)
 
 // resyncsLogged sums up the resyncs a storage server's log reports done:
 // runs, chunks copied, bytes copied.

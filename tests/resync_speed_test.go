@@ -1,0 +1,81 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"tandemfs/internal/testcluster"
+)
+
+// TestResyncSpeed measures a resync on one machine: a storage server is
+// killed, TANDEM_RESYNC_MIB (default 1024) MiB are written while it is
+// out, and it returns; with TANDEM_RESYNC_LOAD=1 a client keeps appending
+// to another file (through the mount, as fast as it can) while the head
+// copies. It reports the bytes copied, the head's time and the rate, and
+// what the client wrote meanwhile (docs/ha.md, "Resync speed"). Skipped
+// unless TANDEM_RESYNC_MIB is set: it writes a GiB.
+func TestResyncSpeed(t *testing.T) {
+	mib, err := strconv.Atoi(os.Getenv("TANDEM_RESYNC_MIB"))
+	if err != nil || mib <= 0 {
+		t.Skip("set TANDEM_RESYNC_MIB (e.g. 1024) to measure a resync")
+	}
+	c := testcluster.Start(t)
+	dir := c.Mount()
+	c.KillProcess("storage2")
+	waitFailover(t, c, 20*time.Second)
+	_, versions := chainStatus(t, c)
+	f, err := os.Create(filepath.Join(dir, "missed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := randBytes(4 << 20)
+	for range (mib + 3) / 4 {
+		if _, err := f.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c.Up()
+	waitResyncStarted(t, c, "storage1", 30*time.Second)
+	t0 := time.Now()
+	var load bytes.Buffer
+	stop, loadDone := make(chan struct{}), make(chan error, 1)
+	if os.Getenv("TANDEM_RESYNC_LOAD") == "1" {
+		go func() { loadDone <- appendUntil(filepath.Join(dir, "load"), &load, stop) }()
+	} else {
+		loadDone <- nil
+	}
+	took := waitResynced(t, c, versions, 5*time.Minute)
+	el := time.Since(t0)
+	close(stop)
+	if err := <-loadDone; err != nil {
+		t.Fatalf("client load: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(c.Dir(), "logs", "storage1.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copied, nbytes int
+	var head time.Duration
+	for _, m := range resyncDoneLine.FindAllStringSubmatch(string(data), -1) {
+		t.Log(m[0])
+		n, _ := strconv.Atoi(m[4])
+		b, _ := strconv.Atoi(m[5])
+		copied, nbytes = copied+n, nbytes+b
+	}
+	// The chains resync in parallel: the head's time is the longest.
+	for _, m := range resyncTookLine.FindAllStringSubmatch(string(data), -1) {
+		if d, err := time.ParseDuration(m[1]); err == nil && d > head {
+			head = d
+		}
+	}
+	t.Logf("resync of %d chunks, %d MB: %v on the head (%.0f MB/s), all serving %v after the restart; the client wrote %d MB (%.0f MB/s)",
+		copied, nbytes/1e6, head, float64(nbytes)/1e6/head.Seconds(), took, load.Len()/1e6, float64(load.Len())/1e6/el.Seconds())
+}
