@@ -58,9 +58,9 @@ type chainState struct {
 	// exclusively by deletions of a whole range of chunks.
 	chunkLocks [4096]sync.Mutex
 	inoLocks   [256]sync.RWMutex
-	// applyMu is held shared by a follower while it applies a change,
-	// and taken by changeBarrier.
-	applyMu sync.RWMutex
+	// applyLocks: a follower holds one shared (by ino, like inoLocks)
+	// while it applies a change; changeBarrier takes each in turn.
+	applyLocks [256]sync.RWMutex
 
 	peersMu sync.Mutex
 	peers   map[string]*rpc.Client

@@ -26,7 +26,7 @@ import (
 //  1. Recording. Every change (write, truncate, deletion of chunks) applied
 //     to a local chain store, by the head or by a follower, is recorded
 //     after it was applied, still under the lock that orders it (the
-//     head's chunk or ino lock; on a follower the apply lock, under which
+//     head's chunk or ino lock; on a follower an apply lock, under which
 //     the chain version is checked again), in
 //     a. the recent log: every chunk changed here in the last recentKeep
 //     generations of recentSpan (at least two minutes), and

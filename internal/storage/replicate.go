@@ -43,11 +43,15 @@ func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func
 		return err
 	}
 	if rt.Forwarded {
-		// The apply lock and a second version check: a resync that starts
+		if ch.to <= ch.from {
+			return local() // a sync: nothing to record
+		}
+		// An apply lock and a second version check: a resync that starts
 		// after a map change waits for the changes admitted before it
 		// (changeBarrier), and later ones see the new version.
-		s.cs.applyMu.RLock()
-		defer s.cs.applyMu.RUnlock()
+		al := &s.cs.applyLocks[lockHash(c.ID, ch.ino, 0)%uint64(len(s.cs.applyLocks))]
+		al.RLock()
+		defer al.RUnlock()
 		if cur, ok := s.cs.view.Load().chains[c.ID]; !ok || cur.Version != rt.Version {
 			return rpc.Errorf(syscall.ESTALE, "chain %d changed while the forwarded request waited", c.ID)
 		}
@@ -147,12 +151,16 @@ func noLock() func() { return func() {} }
 
 // changeBarrier returns once every change this server was applying to a
 // replicated chain when it was called has been applied and recorded: the
-// head's changes hold an ino lock, a follower's the apply lock.
+// head's changes hold an ino lock, a follower's an apply lock. It takes
+// one lock at a time, so it holds up only the changes to files of one
+// lock at a time, and only behind changes already under way.
 func (s *Service) changeBarrier() {
 	for i := range s.cs.inoLocks {
 		s.cs.inoLocks[i].Lock()
 		s.cs.inoLocks[i].Unlock()
 	}
-	s.cs.applyMu.Lock()
-	s.cs.applyMu.Unlock()
+	for i := range s.cs.applyLocks {
+		s.cs.applyLocks[i].Lock()
+		s.cs.applyLocks[i].Unlock()
+	}
 }
