@@ -41,6 +41,9 @@ const watchedTTL = 30 * time.Second
 // cacheMax bounds each map; when full it is simply emptied.
 const cacheMax = 1 << 17
 
+// inlineBytesMax bounds the bytes of small files held in cached inodes.
+const inlineBytesMax = 64 << 20
+
 type dentKey struct {
 	parent uint64
 	name   string
@@ -60,9 +63,10 @@ type cachedDent struct {
 }
 
 type nsCache struct {
-	mu     sync.Mutex
-	inodes map[uint64]cachedInode
-	dents  map[dentKey]cachedDent
+	mu          sync.Mutex
+	inodes      map[uint64]cachedInode
+	inlineBytes int // of the inodes held
+	dents       map[dentKey]cachedDent
 
 	// The watch's state: the stream followed, the index of the last
 	// change applied, the floor below which changes are forgotten, and
@@ -105,13 +109,15 @@ func (c *nsCache) putInode(n *proto.Inode, wm uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lastIno[n.Ino] > n.Version {
-		delete(c.inodes, n.Ino) // a newer change is known: n is stale
+		c.deleteInodeLocked(n.Ino) // a newer change is known: n is stale
 		return
 	}
-	if c.inodes == nil || len(c.inodes) >= cacheMax {
-		c.inodes = make(map[uint64]cachedInode)
+	c.deleteInodeLocked(n.Ino)
+	if c.inodes == nil || len(c.inodes) >= cacheMax || c.inlineBytes+len(n.InlineData) > inlineBytesMax {
+		c.inodes, c.inlineBytes = make(map[uint64]cachedInode), 0
 	}
 	c.inodes[n.Ino] = cachedInode{n: *n, at: time.Now(), watched: c.live && wm >= c.floor}
+	c.inlineBytes += len(n.InlineData)
 }
 
 func (c *nsCache) getInode(ino uint64) (proto.Inode, bool) {
@@ -126,8 +132,15 @@ func (c *nsCache) getInode(ino uint64) (proto.Inode, bool) {
 
 func (c *nsCache) dropInode(ino uint64) {
 	c.mu.Lock()
-	delete(c.inodes, ino)
+	c.deleteInodeLocked(ino)
 	c.mu.Unlock()
+}
+
+func (c *nsCache) deleteInodeLocked(ino uint64) {
+	if e, ok := c.inodes[ino]; ok {
+		c.inlineBytes -= len(e.n.InlineData)
+		delete(c.inodes, ino)
+	}
 }
 
 // putDent caches that parent/name is ino, current as of change version,
@@ -170,7 +183,7 @@ func (c *nsCache) removed(parent uint64, name string, ino, index uint64) {
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
 	delete(c.dents, k)
-	delete(c.inodes, ino)
+	c.deleteInodeLocked(ino)
 	if c.lastDent == nil {
 		return // not watching yet
 	}
@@ -204,7 +217,7 @@ func (c *nsCache) apply(r *proto.WatchReply) (news []proto.ChangeEvent, forgetAl
 			if ok && e.n.Version >= ev.Index {
 				continue
 			}
-			delete(c.inodes, ev.Ino)
+			c.deleteInodeLocked(ev.Ino)
 			if !known {
 				news = append(news, *ev)
 			}
@@ -237,7 +250,7 @@ func (c *nsCache) apply(r *proto.WatchReply) (news []proto.ChangeEvent, forgetAl
 
 // forgetLocked drops everything learnt and follows stream from index upto.
 func (c *nsCache) forgetLocked(stream, upto uint64) {
-	c.inodes, c.dents = nil, nil
+	c.inodes, c.dents, c.inlineBytes = nil, nil, 0
 	c.lastIno, c.lastDent = map[uint64]uint64{}, map[dentKey]uint64{}
 	c.stream, c.upto, c.floor = stream, upto, upto
 }

@@ -98,3 +98,19 @@ func TestOnlyOtherClientsChangesArePassedOn(t *testing.T) {
 		t.Fatalf("passed on %+v (all %v), want only the changes at 103", news, all)
 	}
 }
+
+func TestTheCacheHoldsABoundedAmountOfSmallFilesData(t *testing.T) {
+	c := liveCache()
+	for ino := uint64(1); ino <= 2*inlineBytesMax/proto.MaxInline; ino++ {
+		n := inode(ino, 90)
+		n.InlineData = make([]byte, proto.MaxInline)
+		c.putInode(n, c.watermark())
+	}
+	held := 0
+	for _, e := range c.inodes {
+		held += len(e.n.InlineData)
+	}
+	if held > inlineBytesMax || held != c.inlineBytes {
+		t.Fatalf("holding %d bytes of inline data (counted %d), limit %d", held, c.inlineBytes, inlineBytesMax)
+	}
+}

@@ -28,7 +28,12 @@ func (c *Client) watchLoop() {
 	for ctx.Err() == nil {
 		req := c.ns.watchReq()
 		var reply proto.WatchReply
-		err := c.callLeaderContext(ctx, proto.OpWatch, req.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+		// A leader that hangs must not hold the watch for the RPC
+		// timeout: past watchHealthy the watch counts as lost, and the
+		// caches in front of this client are told so now, not later.
+		call, cancelCall := context.WithTimeout(ctx, watchWait+watchHealthy)
+		err := c.callLeaderContext(call, proto.OpWatch, req.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+		cancelCall()
 		pause := watchBatch
 		if err != nil {
 			if c.ns.lost() {

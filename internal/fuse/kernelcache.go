@@ -36,6 +36,7 @@ type kernelCache struct {
 	mu     sync.Mutex
 	inodes map[uint64]time.Time  // long attribute timeouts: when they end
 	names  map[nameKey]time.Time // long entry timeouts: when they end
+	pruned time.Time             // when the maps were last swept
 }
 
 // notifier is the part of the FUSE server that reaches the kernel.
@@ -82,6 +83,10 @@ func (k *kernelCache) roomLocked() bool {
 		return true
 	}
 	now := time.Now()
+	if now.Sub(k.pruned) < time.Second {
+		return false // swept a moment ago: do not sweep on every reply
+	}
+	k.pruned = now
 	for i, end := range k.inodes {
 		if now.After(end) {
 			delete(k.inodes, i)
