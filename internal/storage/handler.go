@@ -30,7 +30,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 			if len(c.Targets) == 1 {
 				return s.read(st, &r, e)
 			}
-			return s.guardDisk(r.Chunk.Target, func() error { return s.read(st, &r, e) })
+			return s.guardDisk(r.Chunk.Target, func() error { return s.readRepairing(st, c, &r, e) })
 		})
 	case proto.OpChunkTruncate:
 		var r proto.ChunkTruncateReq
