@@ -16,33 +16,13 @@ import (
 )
 
 // chunkCopies are the files holding chunk idx of inode ino on every
-// member of its chain, the head's first (see internal/storage:
-// <target>/chains/<chain>/chunks/...).
+// member of its chain, the head's first.
 func chunkCopies(t *testing.T, c *testcluster.Cluster, ino, idx uint64) []string {
 	t.Helper()
-	var st struct {
-		Targets []struct {
-			ID   uint32 `json:"id"`
-			Path string `json:"path"`
-		} `json:"targets"`
-		Chains []struct {
-			ID      uint32   `json:"id"`
-			Targets []uint32 `json:"targets"`
-		} `json:"chains"`
-	}
-	readStatus(t, c, &st)
-	paths := map[uint32]string{}
-	for _, tg := range st.Targets {
-		paths[tg.ID] = tg.Path
-	}
-	for _, ch := range st.Chains {
-		if len(ch.Targets) < 2 {
-			continue
-		}
+	for _, ch := range replicatedChainCopies(t, c) {
 		var files []string
-		for _, tg := range ch.Targets {
-			files = append(files, filepath.Join(paths[tg], "chains", fmt.Sprint(ch.ID), "chunks",
-				fmt.Sprintf("%x%x", ino>>4&0xf, ino&0xf), fmt.Sprint(ino), fmt.Sprint(idx)))
+		for _, dir := range ch.Dirs {
+			files = append(files, filepath.Join(dir, fmt.Sprintf("%x%x", ino>>4&0xf, ino&0xf), fmt.Sprint(ino), fmt.Sprint(idx)))
 		}
 		if _, err := os.Stat(files[0]); err == nil {
 			return files

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -18,6 +19,48 @@ func chainStates(t *testing.T, c *testcluster.Cluster) map[uint32][]string {
 	t.Helper()
 	states, _ := chainStatus(t, c)
 	return states
+}
+
+// chainCopies is a replicated chain and, per member (the head first),
+// the directory holding its chunks: <target>/chains/<chain>/chunks (see
+// internal/storage).
+type chainCopies struct {
+	ID      uint32
+	Targets []uint32
+	Dirs    []string
+}
+
+// replicatedChainCopies lists the replicated chains of the cluster, in the
+// order `tandem status` gives them.
+func replicatedChainCopies(t *testing.T, c *testcluster.Cluster) []chainCopies {
+	t.Helper()
+	var st struct {
+		Targets []struct {
+			ID   uint32 `json:"id"`
+			Path string `json:"path"`
+		} `json:"targets"`
+		Chains []struct {
+			ID      uint32   `json:"id"`
+			Targets []uint32 `json:"targets"`
+		} `json:"chains"`
+	}
+	readStatus(t, c, &st)
+	paths := map[uint32]string{}
+	for _, tg := range st.Targets {
+		paths[tg.ID] = tg.Path
+	}
+	var out []chainCopies
+	for _, ch := range st.Chains {
+		if len(ch.Targets) < 2 {
+			continue
+		}
+		cc := chainCopies{ID: ch.ID, Targets: ch.Targets}
+		for _, tg := range ch.Targets {
+			cc.Dirs = append(cc.Dirs, filepath.Join(paths[tg], "chains", fmt.Sprint(ch.ID), "chunks"))
+		}
+		out = append(out, cc)
+	}
+	return out
 }
 
 // chainStatus returns, per replicated chain, the states of its members and

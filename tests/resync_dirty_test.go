@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"crypto/sha256"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -93,30 +92,12 @@ func waitResyncStarted(t *testing.T, c *testcluster.Cluster, server string, with
 // sidecars record each member's own history and are left out).
 func compareChainCopies(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
-	var st struct {
-		Targets []struct {
-			ID   uint32 `json:"id"`
-			Path string `json:"path"`
-		} `json:"targets"`
-		Chains []struct {
-			ID      uint32   `json:"id"`
-			Targets []uint32 `json:"targets"`
-		} `json:"chains"`
-	}
-	readStatus(t, c, &st)
-	paths := map[uint32]string{}
-	for _, tg := range st.Targets {
-		paths[tg.ID] = tg.Path
-	}
 	compared := 0
-	for _, ch := range st.Chains {
-		if len(ch.Targets) < 2 {
-			continue
-		}
+	for _, ch := range replicatedChainCopies(t, c) {
 		var ref map[string][32]byte
-		for _, tg := range ch.Targets {
+		for i, tg := range ch.Targets {
 			files := map[string][32]byte{}
-			dir := filepath.Join(paths[tg], "chains", fmt.Sprint(ch.ID), "chunks")
+			dir := ch.Dirs[i]
 			err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 				if err != nil || d.IsDir() || strings.HasSuffix(p, ".sum") {
 					return err
