@@ -136,11 +136,7 @@ func (c *Client) MetaCalls() uint64 { return c.metaCalls.Load() }
 
 // Watching reports whether the client follows the metadata leader's
 // change stream, so that its namespace cache may answer for long.
-func (c *Client) Watching() bool {
-	c.ns.mu.Lock()
-	defer c.ns.mu.Unlock()
-	return c.ns.isLive(time.Now())
-}
+func (c *Client) Watching() bool { return c.ns.watching() }
 
 // InlineLimit is the largest file size kept inline in the metadata.
 func (c *Client) InlineLimit() uint32 {

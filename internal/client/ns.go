@@ -111,8 +111,9 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	var reply proto.UnlinkReply
 	wm := c.ns.watermark()
 	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
-	c.ns.dropDent(parent, name)
-	if err == nil {
+	if err != nil {
+		c.ns.dropDent(parent, name)
+	} else {
 		c.ns.removed(parent, name, reply.Ino, reply.Parent.Version)
 		c.ns.putInode(&reply.Parent, wm)
 	}
@@ -138,9 +139,10 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 	var reply proto.RenameReply
 	wm := c.ns.watermark()
 	err := c.metaCall(proto.OpRename, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
-	c.ns.dropDent(oldParent, oldName)
-	c.ns.dropDent(newParent, newName)
-	if err == nil {
+	if err != nil {
+		c.ns.dropDent(oldParent, oldName)
+		c.ns.dropDent(newParent, newName)
+	} else {
 		// The moved inode's ctime moves; a replaced one loses a link.
 		c.ns.removed(oldParent, oldName, reply.Moved, reply.NewParent.Version)
 		c.ns.removed(newParent, newName, reply.Replaced, reply.NewParent.Version)

@@ -88,6 +88,13 @@ func (c *nsCache) isLive(now time.Time) bool {
 	return c.live && now.Sub(c.liveAt) < watchHealthy
 }
 
+// watching reports whether the watch is live now.
+func (c *nsCache) watching() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.isLive(time.Now())
+}
+
 func (c *nsCache) valid(at time.Time, watched bool, now time.Time) bool {
 	age := now.Sub(at)
 	if watched && c.isLive(now) {

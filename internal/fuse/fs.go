@@ -66,8 +66,9 @@ func fillAttr(n *proto.Inode, a *gofuse.Attr) {
 // fillEntry answers a lookup (or create) of parent/name with n.
 func (fs *FS) fillEntry(parent uint64, name string, n *proto.Inode, out *gofuse.EntryOut) {
 	out.NodeId = n.Ino
-	out.SetEntryTimeout(fs.kernel.entryTimeout(parent, name))
-	out.SetAttrTimeout(fs.kernel.attrTimeout(n.Ino))
+	d := fs.kernel.entryTimeout(parent, name, n.Ino)
+	out.SetEntryTimeout(d)
+	out.SetAttrTimeout(d)
 	fillAttr(n, &out.Attr)
 }
 

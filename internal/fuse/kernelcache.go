@@ -51,20 +51,21 @@ func newKernelCache(watching func() bool) *kernelCache {
 
 // attrTimeout is the timeout to give the kernel for ino's attributes.
 func (k *kernelCache) attrTimeout(ino uint64) time.Duration {
-	if k.notify == nil || !k.watching() {
-		return shortTimeout
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.roomLocked() {
-		return shortTimeout
-	}
-	k.inodes[ino] = time.Now().Add(longTimeout)
-	return longTimeout
+	return k.grant(func(end time.Time) { k.inodes[ino] = end })
 }
 
-// entryTimeout is the timeout to give the kernel for parent/name.
-func (k *kernelCache) entryTimeout(parent uint64, name string) time.Duration {
+// entryTimeout is the timeout to give the kernel for the entry parent/name
+// and for the attributes of ino, the inode it names.
+func (k *kernelCache) entryTimeout(parent uint64, name string, ino uint64) time.Duration {
+	return k.grant(func(end time.Time) {
+		k.names[nameKey{parent, name}] = end
+		k.inodes[ino] = end
+	})
+}
+
+// grant returns the long timeout, noted by record under the lock, if the
+// kernel may have it, and the short one otherwise.
+func (k *kernelCache) grant(record func(end time.Time)) time.Duration {
 	if k.notify == nil || !k.watching() {
 		return shortTimeout
 	}
@@ -73,7 +74,7 @@ func (k *kernelCache) entryTimeout(parent uint64, name string) time.Duration {
 	if !k.roomLocked() {
 		return shortTimeout
 	}
-	k.names[nameKey{parent, name}] = time.Now().Add(longTimeout)
+	record(time.Now().Add(longTimeout))
 	return longTimeout
 }
 
