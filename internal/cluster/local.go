@@ -439,6 +439,12 @@ func readPid(dir, name string) int {
 
 // running reports whether the recorded process of name is alive and still
 // a tandem process (PIDs get reused).
+// exited reports whether a /proc state letter is that of a process that
+// has exited: a zombie (Z), or one being reaped (X, x), whose command line
+// already reads empty. Missing X made `tandem up` right after a kill take
+// the process being reaped for a live one and not restart it.
+func exited(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
+
 func running(dir, name string) bool {
 	pid := readPid(dir, name)
 	if pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
@@ -446,8 +452,8 @@ func running(dir, name string) bool {
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err == nil {
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-			return false // a zombie has exited
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && exited(st[i+2]) {
+			return false
 		}
 	}
 	// A reused PID belongs to another program. (The command line of a
