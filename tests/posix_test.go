@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -98,6 +99,72 @@ func TestPOSIX(t *testing.T) {
 		// 2 servers x 2 targets pair up into 2 chains of 2 copies.
 		if l.Inline || l.Count != 2 || l.Replicas != 2 || len(l.Targets) != 4 || l.ChunkSize != 1<<20 {
 			t.Fatalf("default layout %+v, want 1 MiB chunks over 2 chains of 2 targets", l)
+		}
+	})
+
+	t.Run("concurrent sequential readers each get their own file's bytes", func(t *testing.T) {
+		// Readahead memory is pooled and reused, and a write drops the
+		// file's readahead window while reads may still be copying from
+		// it: every read must still return exactly the file's bytes.
+		// (The reference counting itself is specified by the client's
+		// unit tests; the race it prevents is too narrow to hit here
+		// reliably.)
+		d := dir(t)
+		files := make([][]byte, 3)
+		for i := range files {
+			files[i] = randBytes(12<<20 + i*4097)
+			mustWrite(t, filepath.Join(d, fmt.Sprint(i)), files[i])
+		}
+		stop := make(chan struct{})
+		writerDone := make(chan error, 1)
+		go func() { // rewrites file 0 with its own bytes: its readahead is dropped again and again
+			f, err := os.OpenFile(filepath.Join(d, "0"), os.O_WRONLY, 0)
+			if err != nil {
+				writerDone <- err
+				return
+			}
+			defer f.Close()
+			for off := 0; ; off = (off + 777<<10) % (len(files[0]) - 4096) {
+				select {
+				case <-stop:
+					writerDone <- nil
+					return
+				default:
+				}
+				if _, err := f.WriteAt(files[0][off:off+4096], int64(off)); err != nil {
+					writerDone <- err
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		var wg sync.WaitGroup
+		errs := make(chan error, len(files))
+		for i, want := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for round := 0; round < 4; round++ {
+					got, err := os.ReadFile(filepath.Join(d, fmt.Sprint(i)))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(got, want) {
+						errs <- fmt.Errorf("file %d, round %d: read back differs", i, round)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		if err := <-writerDone; err != nil {
+			t.Fatal(err)
+		}
+		close(errs)
+		for err := range errs {
+			t.Error(err)
 		}
 	})
 

@@ -89,7 +89,7 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 	in := layout(0) // ChunkSize 0: read reports whether it would serve, without I/O
 	for i := 0; i < 10; i++ {
 		off := uint64(i*7919*4096) % (1 << 30) // scattered
-		if _, served, _ := ra.read(nil, in, 1<<30, off, make([]byte, 4096)); served {
+		if _, _, served, _ := ra.read(nil, in, 1<<30, off, make([]byte, 4096)); served {
 			t.Fatal("random reads triggered readahead")
 		}
 	}
@@ -101,5 +101,36 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 	}
 	if ra.streak < raTrigger {
 		t.Fatalf("streak %d after %d sequential reads", ra.streak, raTrigger+1)
+	}
+}
+
+func TestReadaheadMemoryIsReusedOnlyAfterEveryHolderLetGo(t *testing.T) {
+	mem := getChunkBuf(1 << 20)
+	b := &raBlock{done: make(chan struct{}), data: (*mem)[:1<<20], mem: mem}
+	b.refs.Store(2) // the window and the fetch
+	close(b.done)
+	b.release() // the fetch ended
+	b.hold()    // a reader returned a slice of the block to the kernel
+	ra := readahead{blocks: map[uint64]*raBlock{0: b}}
+	ra.invalidate() // a write dropped the window
+	if got := b.refs.Load(); got != 1 {
+		t.Fatalf("%d references after the window let go, want the reader's 1", got)
+	}
+	b.release() // the kernel has the bytes
+	if got := b.refs.Load(); got != 0 {
+		t.Fatalf("%d references after every holder let go", got)
+	}
+}
+
+func TestChunkBuffersComeInPowerOfTwoClasses(t *testing.T) {
+	for _, n := range []int{1, 4096, 4097, 1 << 20, 3 << 20, maxPooledChunk} {
+		p := getChunkBuf(n)
+		if c := cap(*p); c < n || c&(c-1) != 0 {
+			t.Fatalf("buffer for %d bytes has capacity %d", n, c)
+		}
+		putChunkBuf(p)
+	}
+	if p := getChunkBuf(maxPooledChunk + 1); cap(*p) != maxPooledChunk+1 {
+		t.Fatalf("an unpooled size got capacity %d", cap(*p))
 	}
 }

@@ -146,20 +146,22 @@ func (h *Handle) Ino() uint64 { return h.st.ino }
 
 // Read reads into buf at off and returns the bytes read (short at EOF).
 func (h *Handle) Read(buf []byte, off uint64) (int, error) {
-	data, err := h.ReadData(buf, off)
+	data, done, err := h.ReadData(buf, off)
 	if err != nil {
 		return 0, err
 	}
 	if len(data) > 0 && &data[0] != &buf[0] {
 		copy(buf, data)
 	}
+	done()
 	return len(data), nil
 }
 
 // ReadData reads at most len(buf) bytes at off. The result is buf or, for
-// sequential reads, possibly read-only memory of the readahead; callers
-// must not keep it past their next call.
-func (h *Handle) ReadData(buf []byte, off uint64) ([]byte, error) {
+// sequential reads, possibly read-only memory of the readahead, which stays
+// valid until the caller calls done (always, and once; done is never nil
+// when err is nil).
+func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err error) {
 	st := h.st
 	end := off + uint64(len(buf))
 	st.inflight.waitOverlap(off, end)
@@ -167,7 +169,7 @@ func (h *Handle) ReadData(buf []byte, off uint64) ([]byte, error) {
 	size := st.size
 	if off >= size {
 		st.mu.Unlock()
-		return nil, nil
+		return nil, noop, nil
 	}
 	if end > size {
 		end = size
@@ -177,20 +179,22 @@ func (h *Handle) ReadData(buf []byte, off uint64) ([]byte, error) {
 		n := copy(buf, st.inode.InlineData[min(off, uint64(len(st.inode.InlineData))):])
 		clear(buf[n:])
 		st.mu.Unlock()
-		return buf, nil
+		return buf, noop, nil
 	}
 	layout := st.inode
 	st.mu.Unlock()
 	if !h.direct { // O_DIRECT readers asked for no caching
-		if data, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
-			return data, err
+		if data, done, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
+			return data, done, err
 		}
 	}
 	if err := h.c.readPieces(&layout, off, buf); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return buf, nil
+	return buf, noop, nil
 }
+
+func noop() {}
 
 // Write writes data at off. Buffered writes are sent in the background
 // (write-behind, bounded per file) and their errors reported by a later

@@ -78,11 +78,30 @@ func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofus
 	if h == nil {
 		return nil, gofuse.EBADF
 	}
-	data, err := h.ReadData(buf[:in.Size], in.Offset)
+	data, done, err := h.ReadData(buf[:in.Size], in.Offset)
 	if err != nil {
 		return nil, status(err)
 	}
-	return gofuse.ReadResultData(data), gofuse.OK
+	return &pinnedRead{data: data, done: done}, gofuse.OK
+}
+
+// pinnedRead is a read reply whose bytes may be readahead memory that must
+// not be reused before the kernel has them: go-fuse calls Done after
+// writing a result that has Slices (for results without it, Done comes
+// before the write when splicing is off).
+type pinnedRead struct {
+	data []byte
+	done func()
+}
+
+func (r *pinnedRead) Size() int                            { return len(r.data) }
+func (r *pinnedRead) Bytes([]byte) ([]byte, gofuse.Status) { return r.data, gofuse.OK }
+func (r *pinnedRead) Slices() ([][]byte, gofuse.Status)    { return [][]byte{r.data}, gofuse.OK }
+func (r *pinnedRead) Done() {
+	if r.done != nil { // once: a second release would free memory in use
+		r.done()
+		r.done = nil
+	}
 }
 
 func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {

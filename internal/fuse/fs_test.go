@@ -35,3 +35,16 @@ func TestAttributesCarryNanosecondsAndBlocks(t *testing.T) {
 		t.Fatalf("blocks %d blksize %d: want 2 and 1 MiB", a.Blocks, a.Blksize)
 	}
 }
+
+func TestAReadReplyReleasesItsMemoryOnce(t *testing.T) {
+	released := 0
+	r := &pinnedRead{data: []byte("abc"), done: func() { released++ }}
+	if s, st := r.Slices(); !st.Ok() || len(s) != 1 || string(s[0]) != "abc" || r.Size() != 3 {
+		t.Fatalf("Slices() = %q, %v", s, st)
+	}
+	r.Done()
+	r.Done()
+	if released != 1 {
+		t.Fatalf("memory released %d times, want once", released)
+	}
+}
