@@ -72,7 +72,7 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	// The dial ends with ctx too: a server whose link is down answers
 	// no SYN, and a caller whose chain moved on must not wait out the
 	// dial timeout.
-	d := net.Dialer{Timeout: dt}
+	d := net.Dialer{Timeout: dt, Control: bigBuffers}
 	nc, err := d.DialContext(ctx, "tcp", c.Addr)
 	if err != nil {
 		return nil, &NetError{c.Addr, err}

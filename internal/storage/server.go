@@ -90,7 +90,7 @@ func Start(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if s.ln, err = rpc.Listen(cfg.Listen); err != nil {
 		s.closeTargets()
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
 	}
