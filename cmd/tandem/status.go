@@ -156,6 +156,7 @@ type statusJSON struct {
 	Targets []targetJSON `json:"targets"`
 	Chains  []chainJSON  `json:"chains"`
 	Resyncs []resyncJSON `json:"resyncs,omitempty"`
+	Scrubs  []scrubJSON  `json:"scrubs,omitempty"`
 	Fencing []fenceJSON  `json:"fencing,omitempty"`
 	Total   uint64       `json:"total_bytes"`
 	Free    uint64       `json:"free_bytes"`
@@ -255,7 +256,76 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		j.Resyncs = append(j.Resyncs, resyncJSON{Chain: r.Chain, Target: r.Target, Percent: r.Buckets * 100 / 256,
 			Chunks: r.Chunks, Copied: r.Copied, Bytes: r.Bytes, Started: time.UnixMilli(r.StartedMs).UTC().Format(time.RFC3339)})
 	}
+	j.Scrubs = scrubsJSON(st.Scrubs)
+	for _, s := range j.Scrubs {
+		if s.Unrepaired > 0 {
+			j.Healthy = false // stored data is damaged
+		}
+	}
 	return &j
+}
+
+// scrubJSON is one store's scrub: a target's own chunks (chain = target)
+// or its copy of a replicated chain. Chunks and bytes are of the pass
+// running, else of the last; bad and unrepaired blocks of the last
+// complete pass; repaired blocks since the storage server started.
+type scrubJSON struct {
+	Target     uint32 `json:"target"`
+	Chain      uint32 `json:"chain"`
+	Running    bool   `json:"running"`
+	Chunks     uint64 `json:"chunks"`
+	Bytes      uint64 `json:"bytes"`
+	BadBlocks  uint64 `json:"bad_blocks"`
+	Unrepaired uint64 `json:"unrepaired"`
+	Repaired   uint64 `json:"repaired_since_start"`
+	Started    string `json:"started,omitempty"`
+	LastDone   string `json:"last_done,omitempty"`
+}
+
+func scrubsJSON(ps []proto.ScrubProgress) []scrubJSON {
+	var out []scrubJSON
+	for _, p := range ps {
+		j := scrubJSON{Target: p.Target, Chain: p.Chain, Running: p.Running, Chunks: p.Chunks, Bytes: p.Bytes,
+			BadBlocks: p.BadBlocks, Repaired: p.Repaired, Unrepaired: p.Unrepaired}
+		if p.StartedMs > 0 {
+			j.Started = time.UnixMilli(p.StartedMs).UTC().Format(time.RFC3339)
+		}
+		if p.LastDoneMs > 0 {
+			j.LastDone = time.UnixMilli(p.LastDoneMs).UTC().Format(time.RFC3339)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// printScrubs sums the scrubs up per target: one line each, and a warning
+// line for every store that keeps bad blocks.
+func printScrubs(j *statusJSON) {
+	if len(j.Scrubs) == 0 {
+		return
+	}
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCRUB	TARGET	CHAIN	CHUNKS	READ	BAD	REPAIRED	UNREPAIRED	LAST COMPLETE PASS")
+	for _, s := range j.Scrubs {
+		state := "idle"
+		if s.Running {
+			state = "running"
+		}
+		last := s.LastDone
+		if last == "" {
+			last = "never"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", state, s.Target, s.Chain, s.Chunks, humanBytes(s.Bytes),
+			s.BadBlocks, s.Unrepaired, s.Repaired, last)
+	}
+	w.Flush()
+	for _, s := range j.Scrubs {
+		if s.Unrepaired > 0 {
+			fmt.Printf("warning: target %d keeps %d bad block(s) of chain %d that no good copy could repair (see the storage server's log)\n",
+				s.Target, s.Unrepaired, s.Chain)
+		}
+	}
 }
 
 func printStatus(j *statusJSON) {
@@ -292,6 +362,7 @@ func printStatus(j *statusJSON) {
 	}
 	w.Flush()
 	printChains(j)
+	printScrubs(j)
 	for _, f := range j.Fencing {
 		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)
 	}

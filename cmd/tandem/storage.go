@@ -20,9 +20,9 @@ import (
 func init() {
 	var (
 		listen, advertise, meta, secretFile, state string
-		metaPrivate, faultFile                     string
+		metaPrivate, faultFile, scrubRate          string
 		targets                                    []string
-		heartbeat                                  time.Duration
+		heartbeat, scrubEvery                      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "storage --listen ADDR --meta ADDR[,ADDR] --secret-file FILE --target DIR [--target DIR ...]",
@@ -54,6 +54,13 @@ it was registered with before.`,
 					return err
 				}
 			}
+			rate, err := parseSize(scrubRate)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("storage: --scrub-rate %q: %v", scrubRate, err)}
+			}
+			if scrubEvery < 0 {
+				return &exitError{2, fmt.Errorf("storage: --scrub-every %v is negative (0 turns scrubbing off)", scrubEvery)}
+			}
 			secret, err := rpc.ReadSecretFile(secretFile)
 			if err != nil {
 				return err
@@ -79,6 +86,8 @@ it was registered with before.`,
 				TargetDirs:        targets,
 				StateDir:          state,
 				HeartbeatInterval: heartbeat,
+				ScrubEvery:        scrubEvery,
+				ScrubRate:         int64(rate),
 				Logf:              logger.Printf,
 			})
 			if err != nil {
@@ -101,6 +110,8 @@ it was registered with before.`,
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
 	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
+	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: never)")
+	f.StringVar(&scrubRate, "scrub-rate", "64M", "most bytes a second a scrub reads (e.g. 64M; 0: no limit)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }

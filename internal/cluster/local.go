@@ -45,6 +45,9 @@ type Options struct {
 	// FaultFiles starts every storage server with a fault file (see
 	// FaultFile), so that tests can make its disks fail.
 	FaultFiles bool
+	// ScrubEvery is passed to every storage server's --scrub-every (0:
+	// the server's default).
+	ScrubEvery time.Duration
 	Progress   io.Writer // where to report progress (may be nil)
 	Timeout    time.Duration
 }
@@ -305,6 +308,9 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 		}
 		if o.FaultFiles {
 			args = append(args, "--fault-file", FaultFile(o.Dir, s.Name))
+		}
+		if o.ScrubEvery > 0 {
+			args = append(args, "--scrub-every", o.ScrubEvery.String())
 		}
 		started, err := o.start(s.Name, args)
 		if err != nil {

@@ -323,6 +323,7 @@ func (s *Service) status(out *wire.Enc) error {
 		InlineLimit:   s.fsm.inlineLimit,
 		Sessions:      uint32(s.sessions.count(2 * time.Minute)),
 		Resyncs:       s.live.activeResyncs(3 * s.cfg.FailureTimeout),
+		Scrubs:        s.live.scrubReports(),
 		PrivateSeenMs: s.live.privateSeen(),
 	}
 	for _, o := range s.fences.Latest() {

@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +17,9 @@ type liveness struct {
 	mu      sync.Mutex
 	public  map[uint32]time.Time // by server ID
 	private map[uint32]time.Time
-	targets map[string]proto.TargetInfo // by target UUID
-	resyncs map[uint32]resyncsSeen      // by the server running them
+	targets map[string]proto.TargetInfo      // by target UUID
+	resyncs map[uint32]resyncsSeen           // by the server running them
+	scrubs  map[uint32][]proto.ScrubProgress // by server, from its last heartbeat
 }
 
 // resyncsSeen are the resyncs a server reported in its last heartbeat.
@@ -29,6 +32,7 @@ func newLiveness() *liveness {
 	return &liveness{
 		public: map[uint32]time.Time{}, private: map[uint32]time.Time{},
 		targets: map[string]proto.TargetInfo{}, resyncs: map[uint32]resyncsSeen{},
+		scrubs: map[uint32][]proto.ScrubProgress{},
 	}
 }
 
@@ -47,6 +51,20 @@ func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
 	// Each heartbeat lists every resync the server runs: finished ones
 	// drop out.
 	l.resyncs[r.ServerID] = resyncsSeen{r.Resyncs, now}
+	l.scrubs[r.ServerID] = r.Scrubs
+}
+
+// scrubReports are the scrub reports of every server, from its last
+// heartbeat (a server that stopped keeps its last report: the state of its
+// disks when it was last heard from).
+func (l *liveness) scrubReports() []proto.ScrubProgress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []proto.ScrubProgress
+	for _, id := range slices.Sorted(maps.Keys(l.scrubs)) {
+		out = append(out, l.scrubs[id]...)
+	}
+	return out
 }
 
 // lastPublic is when server id was last heard from on the network clients

@@ -316,6 +316,7 @@ type HeartbeatReq struct {
 	Network  uint8
 	Targets  []TargetInfo
 	Resyncs  []ResyncProgress
+	Scrubs   []ScrubProgress
 }
 
 func (r *HeartbeatReq) Encode(e *wire.Enc) {
@@ -329,6 +330,7 @@ func (r *HeartbeatReq) Encode(e *wire.Enc) {
 	for i := range r.Resyncs {
 		r.Resyncs[i].Encode(e)
 	}
+	encodeScrubs(e, r.Scrubs)
 }
 
 func (r *HeartbeatReq) Decode(d *wire.Dec) {
@@ -342,6 +344,56 @@ func (r *HeartbeatReq) Decode(d *wire.Dec) {
 	for i := range r.Resyncs {
 		r.Resyncs[i].Decode(d)
 	}
+	r.Scrubs = decodeScrubs(d)
+}
+
+// ScrubProgress is a storage server's report on the scrub of one store:
+// a target's own chunks (Chain == Target, a chain of one) or its copy of
+// a replicated chain.
+type ScrubProgress struct {
+	Target, Chain uint32
+	Running       bool
+	Chunks        uint64 // chunks read back: by the pass running, else the last
+	Bytes         uint64 // bytes read back and verified, likewise
+	BadBlocks     uint64 // failed their checksum in the last complete pass (the first pass: so far)
+	Unrepaired    uint64 // of those, left bad: no good copy could be had
+	Repaired      uint64 // blocks rewritten from a good copy since the server started
+	StartedMs     int64  // start of the pass running or last started
+	LastDoneMs    int64  // end of the last complete pass, 0 if none
+}
+
+func (p *ScrubProgress) Encode(e *wire.Enc) {
+	e.U32(p.Target)
+	e.U32(p.Chain)
+	e.Bool(p.Running)
+	e.U64(p.Chunks)
+	e.U64(p.Bytes)
+	e.U64(p.BadBlocks)
+	e.U64(p.Repaired)
+	e.U64(p.Unrepaired)
+	e.I64(p.StartedMs)
+	e.I64(p.LastDoneMs)
+}
+
+func (p *ScrubProgress) Decode(d *wire.Dec) {
+	p.Target, p.Chain, p.Running = d.U32(), d.U32(), d.Bool()
+	p.Chunks, p.Bytes, p.BadBlocks, p.Repaired, p.Unrepaired = d.U64(), d.U64(), d.U64(), d.U64(), d.U64()
+	p.StartedMs, p.LastDoneMs = d.I64(), d.I64()
+}
+
+func encodeScrubs(e *wire.Enc, ps []ScrubProgress) {
+	e.U32(uint32(len(ps)))
+	for i := range ps {
+		ps[i].Encode(e)
+	}
+}
+
+func decodeScrubs(d *wire.Dec) []ScrubProgress {
+	ps := make([]ScrubProgress, d.Count(MaxList, 57))
+	for i := range ps {
+		ps[i].Decode(d)
+	}
+	return ps
 }
 
 // HeartbeatReply tells a storage server the current map version (it
@@ -419,6 +471,7 @@ type StatusReply struct {
 	InlineLimit uint32
 	Sessions    uint32
 	Resyncs     []ResyncProgress
+	Scrubs      []ScrubProgress
 	// Fencing is the latest fencing of each server that was fenced.
 	Fencing []FenceEvent
 	// PrivateSeenMs is, per server ID, the last heartbeat over the
@@ -451,6 +504,7 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 		e.U32(id)
 		e.I64(r.PrivateSeenMs[id])
 	}
+	encodeScrubs(e, r.Scrubs)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -476,6 +530,7 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 		id := d.U32()
 		r.PrivateSeenMs[id] = d.I64()
 	}
+	r.Scrubs = decodeScrubs(d)
 }
 
 // Capacity sums the space of targets, counting a file system shared by

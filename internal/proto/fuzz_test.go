@@ -29,7 +29,7 @@ func allMessages() []func() message {
 		func() message { return &ChunkTruncateReq{} }, func() message { return &ChunkSyncReq{} },
 		func() message { return &ChunkDeleteReq{} }, func() message { return &EntryReply{} },
 		func() message { return &RenameReply{} }, func() message { return &ChunkListReq{} },
-		func() message { return &ChunkListReply{} }, func() message { return &HeartbeatReply{} },
+		func() message { return &ChunkListReply{} }, func() message { return &ChunkRepairReq{} }, func() message { return &HeartbeatReply{} },
 		func() message { return &ResyncDoneReq{} }, func() message { return &TargetFailedReq{} },
 		func() message { return &Chain{} },
 	}

@@ -10,6 +10,7 @@ const (
 	OpChunkSync
 	OpChunkDelete
 	OpChunkList
+	OpChunkRepair
 )
 
 // Routing says which copy of which chain a request is for. A client sends
@@ -222,4 +223,36 @@ func (r *ChunkListReply) Decode(d *wire.Dec) {
 		c.Ino, c.Index, c.Size, c.MtimeMs = d.U64(), d.U64(), d.U64(), d.I64()
 	}
 	r.More = d.Bool()
+}
+
+// ChunkRepairReq asks the head of a chain (Chunk is addressed to it) to
+// push its copy of the listed blocks of a chunk to Member, a serving
+// follower whose scrub found those blocks bad. The head does it under the
+// chunk's lock, so the push is ordered with every change to the chunk.
+type ChunkRepairReq struct {
+	Chunk  ChunkRef
+	Member uint32
+	Blocks []uint64 // block numbers within the chunk (offset / 4096)
+}
+
+// MaxRepairBlocks bounds the blocks of one repair request (a whole 1 MiB
+// chunk is 256 blocks; larger chunks are repaired in several requests).
+const MaxRepairBlocks = 4096
+
+func (r *ChunkRepairReq) Encode(e *wire.Enc) {
+	r.Chunk.Encode(e)
+	e.U32(r.Member)
+	e.U32(uint32(len(r.Blocks)))
+	for _, b := range r.Blocks {
+		e.U64(b)
+	}
+}
+
+func (r *ChunkRepairReq) Decode(d *wire.Dec) {
+	r.Chunk.Decode(d)
+	r.Member = d.U32()
+	r.Blocks = make([]uint64, d.Count(MaxRepairBlocks, 8))
+	for i := range r.Blocks {
+		r.Blocks[i] = d.U64()
+	}
 }

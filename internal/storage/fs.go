@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FS is the file system a target lives on. All disk access of the engine
@@ -182,4 +184,19 @@ func writeFileAtomic(fs FS, name string, data []byte) error {
 		return err
 	}
 	return fs.SyncDir(filepath.Dir(name))
+}
+
+// cacheDropper is a File whose clean cached pages can be dropped, so that
+// the next read comes from the disk (a scrub checks the disk, not memory).
+type cacheDropper interface{ DropCache() }
+
+func (f osFile) DropCache() {
+	unix.Fadvise(int(f.File.Fd()), 0, 0, unix.FADV_DONTNEED)
+}
+
+// dropCache drops f's clean cached pages if its file system can.
+func dropCache(f File) {
+	if d, ok := f.(cacheDropper); ok {
+		d.DropCache()
+	}
 }

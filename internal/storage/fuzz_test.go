@@ -34,15 +34,16 @@ func FuzzStorageRequest(f *testing.F) {
 		proto.OpChunkSync:     &proto.ChunkSyncReq{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, Indexes: []uint64{0, 1}},
 		proto.OpChunkDelete:   &proto.ChunkDeleteReq{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, From: 1},
 		proto.OpChunkList:     &proto.ChunkListReq{Routing: proto.Routing{Target: 1, Chain: 1}, Bucket: 3, Start: true, Limit: 10},
+		proto.OpChunkRepair:   &proto.ChunkRepairReq{Chunk: ref, Member: 2, Blocks: []uint64{0, 7}},
 	} {
 		var e wire.Enc
 		req.Encode(&e)
 		f.Add(op-proto.OpChunkWrite, e.B)
 	}
-	f.Add(uint16(6), []byte{1, 2, 3})
+	f.Add(uint16(7), []byte{1, 2, 3})
 
 	f.Fuzz(func(t *testing.T, op uint16, payload []byte) {
-		op = proto.OpChunkWrite + op%7 // the six storage ops and one unknown
+		op = proto.OpChunkWrite + op%8 // the seven storage ops and one unknown
 		var reply wire.Enc
 		err := svc.handle(op, wire.NewDec(payload), &reply)
 		if err != nil || op != proto.OpChunkRead {

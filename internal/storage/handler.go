@@ -68,6 +68,10 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 					return p.CallContext(ctx, proto.OpChunkDelete, f.Encode, nil)
 				})
 		})
+	case proto.OpChunkRepair:
+		var r proto.ChunkRepairReq
+		r.Decode(d)
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error { return s.pushRepair(st, c, &r) })
 	case proto.OpChunkList:
 		var r proto.ChunkListReq
 		r.Decode(d)

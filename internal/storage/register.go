@@ -172,7 +172,7 @@ func (s *Service) logQuietly(failures int, format string, args ...any) {
 // can judge the server silent; a newer map version makes the server
 // reload the map.
 func (s *Service) heartbeat(net uint8, metas []*rpc.Client) error {
-	req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Network: net, Targets: s.targetInfos(), Resyncs: s.resyncs.progress()}
+	req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Network: net, Targets: s.targetInfos(), Resyncs: s.resyncs.progress(), Scrubs: s.scrubs.progress()}
 	var rep proto.HeartbeatReply
 	sent := time.Now()
 	_, err := s.callMetaOn(metas, proto.OpHeartbeat, req.Encode, func(d *wire.Dec) error { rep.Decode(d); return d.Err() })

@@ -47,6 +47,11 @@ type Config struct {
 	FS FS
 	// MaxOpenChunks bounds each target's open-chunk cache.
 	MaxOpenChunks int
+	// ScrubEvery is the time between scrubs (scrub.go): passes that read
+	// back and verify every stored block. 0 means never.
+	ScrubEvery time.Duration
+	// ScrubRate bounds a scrub's reads, in bytes a second (0: no bound).
+	ScrubRate int64
 	// Logf receives log lines; default the standard logger.
 	Logf func(format string, args ...any)
 }
@@ -70,6 +75,7 @@ type Service struct {
 
 	cs        chainState
 	resyncs   resyncs
+	scrubs    scrubs
 	leaseWarn sync.Once
 	failed    failedTargets
 	known     knownVersions
@@ -102,7 +108,8 @@ func Start(cfg Config) (*Service, error) {
 	for _, a := range cfg.PrivateMetaAddrs {
 		s.private = append(s.private, rpc.NewClient(a, cfg.Secret))
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.scrubLoop()
 	if len(s.private) > 0 {
 		s.wg.Add(1)
 		go s.heartbeatPrivate()

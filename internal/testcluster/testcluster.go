@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"tandemfs/internal/cluster"
 )
@@ -97,6 +98,9 @@ func WithFenceConfig(path string) Option { return func(o *cluster.Options) { o.F
 // WithFaultFiles starts the storage servers with fault files (see
 // Cluster.FaultFile).
 func WithFaultFiles() Option { return func(o *cluster.Options) { o.FaultFiles = true } }
+
+// WithScrubEvery has the storage servers scrub every d.
+func WithScrubEvery(d time.Duration) Option { return func(o *cluster.Options) { o.ScrubEvery = d } }
 
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
