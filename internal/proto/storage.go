@@ -1,6 +1,10 @@
 package proto
 
-import "tandemfs/internal/wire"
+import (
+	"fmt"
+
+	"tandemfs/internal/wire"
+)
 
 // Storage service operation codes.
 const (
@@ -61,7 +65,17 @@ type ChunkWriteReq struct {
 	Off   uint32
 	Data  []byte
 	Sync  bool // fsync before replying (O_SYNC/O_DSYNC writers)
+	// Bulk marks a copy of whole chunks (a resync): the target may write
+	// it past its page cache (O_DIRECT), since no one reads it soon.
+	Bulk bool
 }
+
+// Flags of a ChunkWriteReq on the wire (one byte; a plain Sync bool
+// before Bulk existed).
+const (
+	writeSync uint8 = 1 << iota
+	writeBulk
+)
 
 // Encode writes the request; the data comes last so that senders can
 // pass it to the kernel without copying it (see EncodeHead).
@@ -75,14 +89,25 @@ func (r *ChunkWriteReq) Encode(e *wire.Enc) {
 func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
 	r.Chunk.Encode(e)
 	e.U32(r.Off)
-	e.Bool(r.Sync)
+	var flags uint8
+	if r.Sync {
+		flags |= writeSync
+	}
+	if r.Bulk {
+		flags |= writeBulk
+	}
+	e.U8(flags)
 	e.U32(uint32(len(r.Data)))
 }
 
 func (r *ChunkWriteReq) Decode(d *wire.Dec) {
 	r.Chunk.Decode(d)
 	r.Off = d.U32()
-	r.Sync = d.Bool()
+	flags := d.U8()
+	if flags&^(writeSync|writeBulk) != 0 {
+		d.Fail(fmt.Errorf("chunk write: unknown flags %#x", flags))
+	}
+	r.Sync, r.Bulk = flags&writeSync != 0, flags&writeBulk != 0
 	r.Data = d.Bytes(MaxData)
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,9 +55,23 @@ type File interface {
 // OSFS is the real operating-system file system.
 type OSFS struct{}
 
-type osFile struct{ *os.File }
+type osFile struct {
+	*os.File
+	mu        sync.Mutex
+	direct    *os.File // the O_DIRECT descriptor of WriteDirect, once opened
+	directErr error
+}
 
-func (f osFile) Sync() error {
+func (f *osFile) Close() error {
+	f.mu.Lock()
+	if f.direct != nil {
+		f.direct.Close()
+	}
+	f.mu.Unlock()
+	return f.File.Close()
+}
+
+func (f *osFile) Sync() error {
 	fd := int(f.File.Fd())
 	for {
 		err := syscall.Fdatasync(fd)
@@ -69,7 +84,7 @@ func (f osFile) Sync() error {
 	}
 }
 
-func (f osFile) Size() (int64, error) {
+func (f *osFile) Size() (int64, error) {
 	fi, err := f.File.Stat()
 	if err != nil {
 		return 0, err
@@ -82,7 +97,7 @@ func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return &osFile{File: f}, nil
 }
 
 func (OSFS) Mkdir(name string, perm os.FileMode) error    { return os.Mkdir(name, perm) }
@@ -190,7 +205,7 @@ func writeFileAtomic(fs FS, name string, data []byte) error {
 // the next read comes from the disk (a scrub checks the disk, not memory).
 type cacheDropper interface{ DropCache() }
 
-func (f osFile) DropCache() {
+func (f *osFile) DropCache() {
 	unix.Fadvise(int(f.File.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 

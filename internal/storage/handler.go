@@ -104,7 +104,11 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 	ref := &r.Chunk
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {
-			if err := st.Write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {
+			write := st.Write
+			if r.Bulk {
+				write = st.WriteBulk
+			}
+			if err := write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {
 				return err
 			}
 			if r.Sync {

@@ -462,7 +462,7 @@ func (r *resyncRun) copyChunk(it copyItem) (int, bool, error) {
 		if !it.memberHas && allZero(piece) {
 			continue // a hole stays a hole
 		}
-		w := proto.ChunkWriteReq{Chunk: ref, Off: uint32(off), Data: piece}
+		w := proto.ChunkWriteReq{Chunk: ref, Off: uint32(off), Data: piece, Bulk: true}
 		if err := r.peer.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
 			return sent, true, err
 		}

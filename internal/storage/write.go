@@ -11,6 +11,16 @@ import (
 // if needed. On error the chunk still reads back as before the write or,
 // block by block, as after it.
 func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
+	return t.write(ino, idx, off, p, false)
+}
+
+// WriteBulk is Write for copies of whole chunks (a resync): large aligned
+// pieces go to the disk with O_DIRECT (direct.go).
+func (t *Target) WriteBulk(ino, idx uint64, off int64, p []byte) error {
+	return t.write(ino, idx, off, p, true)
+}
+
+func (t *Target) write(ino, idx uint64, off int64, p []byte, bulk bool) error {
 	if off < 0 || off+int64(len(p)) > MaxChunkSize {
 		return fmt.Errorf("write of %d bytes at offset %d: beyond the %d-byte chunk limit: %w", len(p), off, int64(MaxChunkSize), syscall.EFBIG)
 	}
@@ -18,7 +28,7 @@ func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
 		return nil
 	}
 	k := chunkKey{ino, idx}
-	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p) })
+	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p, bulk) })
 	return t.chunkErr("write", k, err)
 }
 
@@ -32,7 +42,7 @@ func (t *Target) chunkErr(op string, k chunkKey, err error) error {
 // writeLocked writes p at off: the affected sidecar entries first, then the
 // data as whole blocks (the boundary blocks merged with their verified old
 // contents), so that an interruption leaves every block old or new.
-func (t *Target) writeLocked(ch *chunk, off int64, p []byte) error {
+func (t *Target) writeLocked(ch *chunk, off int64, p []byte, bulk bool) error {
 	oldSize := ch.size
 	end := off + int64(len(p))
 	bs := off &^ blockMask
@@ -117,7 +127,7 @@ func (t *Target) writeLocked(ch *chunk, off int64, p []byte) error {
 		// Entries written so far read {old, new} over old data: valid.
 		return t.resync(ch, err)
 	}
-	if _, err := ch.data.WriteAt(buf, ws); err != nil {
+	if err := writeData(ch.data, buf, ws, bulk); err != nil {
 		t.settle(ch, oldSize, first, ents, buf, ws)
 		return err
 	}
@@ -207,4 +217,15 @@ func (t *Target) settle(ch *chunk, oldSize, first int64, ents, buf []byte, ws in
 	if _, err := ch.sum.WriteAt(ents[:n*entrySize], first*entrySize); err != nil {
 		t.logf("storage: target %s chunk %d/%d: settling checksums after a failed write: %v", t.dir, k.ino, k.idx, err)
 	}
+}
+
+// writeData writes buf at off of a chunk's data file; bulk writes with
+// O_DIRECT when they are large and aligned and the file can (direct.go).
+func writeData(f File, buf []byte, off int64, bulk bool) error {
+	if d, ok := f.(directWriter); ok && bulk && canWriteDirect(off, len(buf)) {
+		_, err := d.WriteDirect(buf, off)
+		return err
+	}
+	_, err := f.WriteAt(buf, off)
+	return err
 }

@@ -1,0 +1,78 @@
+package storage
+
+import (
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bulk writes (a resync copying whole chunks to a returning member) go to
+// the disk with O_DIRECT when they are large and aligned.
+//
+// Measured on the development VM (2026-11-22): writing 1 GiB of new data
+// into the page cache costs about 3 ms of CPU per MiB (the hypervisor
+// supplies every fresh page: free guest memory is handed back to the host
+// in 8 MiB blocks by page reporting) and runs at about 300 MB/s with an
+// fsync at the end, while O_DIRECT writes of the same data run at 700-800
+// MB/s using 5% of a core. The member of a resync was CPU-bound in pwrite;
+// with O_DIRECT a 1 GiB resync ran at 330-380 MB/s instead of 260, and
+// with a client writing meanwhile at 200-210 instead of 120-130. Clients'
+// sequential writes did not gain (each write then waits for the disk), so
+// they stay buffered, as do small and unaligned writes, which need the
+// page cache to merge partial blocks. Lustre's object servers write bulk
+// data directly as well.
+const (
+	directAlign = 4096
+	directMin   = 64 << 10 // smaller writes gain little and wait for the disk
+)
+
+// directWriter is a File that can write aligned data with O_DIRECT.
+type directWriter interface {
+	WriteDirect(b []byte, off int64) (int, error)
+}
+
+// canWriteDirect reports whether a write of n bytes at off qualifies.
+func canWriteDirect(off int64, n int) bool {
+	return off%directAlign == 0 && n%directAlign == 0 && n >= directMin
+}
+
+// directBufs are aligned buffers for O_DIRECT (the caller's bytes may lie
+// anywhere in memory).
+var directBufs sync.Pool
+
+func alignedBuf(n int) []byte {
+	if p, ok := directBufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	raw := make([]byte, max(n, 1<<20)+directAlign)
+	shift := (directAlign - int(uintptr(unsafe.Pointer(&raw[0]))%directAlign)) % directAlign
+	b := raw[shift : shift+max(n, 1<<20)]
+	return b[:n]
+}
+
+func putAlignedBuf(b []byte) {
+	b = b[:cap(b)]
+	directBufs.Put(&b)
+}
+
+// WriteDirect writes b at off through a second descriptor of the file
+// opened with O_DIRECT (opened on first use). The kernel writes back and
+// drops any cached pages of the range, so buffered readers stay coherent.
+func (f *osFile) WriteDirect(b []byte, off int64) (int, error) {
+	f.mu.Lock()
+	if f.direct == nil && f.directErr == nil {
+		f.direct, f.directErr = os.OpenFile(f.File.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
+	}
+	d, err := f.direct, f.directErr
+	f.mu.Unlock()
+	if err != nil {
+		return f.File.WriteAt(b, off) // a file system without O_DIRECT
+	}
+	buf := alignedBuf(len(b))
+	copy(buf, b)
+	n, err := d.WriteAt(buf, off)
+	putAlignedBuf(buf)
+	return n, err
+}

@@ -1,0 +1,75 @@
+package storage
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
+	tg := openTestTarget(t, Options{})
+	// Cached pages of the range, from a buffered write and a read, must
+	// not hide what the bulk write puts on the disk.
+	if err := tg.Write(9, 0, 4096, bytes.Repeat([]byte{'x'}, 10_000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Read(9, 0, make([]byte, 20_000), 0); err != nil {
+		t.Fatal(err)
+	}
+	whole := pattern(9, 1<<20)
+	if err := tg.WriteBulk(9, 0, 0, whole[:256<<10]); err != nil { // aligned: O_DIRECT
+		t.Fatal(err)
+	}
+	if err := tg.WriteBulk(9, 0, 256<<10, whole[256<<10:]); err != nil {
+		t.Fatal(err)
+	}
+	tail := pattern(10, 5000) // unaligned end: buffered
+	if err := tg.WriteBulk(9, 0, 1<<20, tail); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, whole...), tail...)
+	got := make([]byte, len(want))
+	if n, err := tg.Read(9, 0, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes (%v), equal %v", n, err, bytes.Equal(got, want))
+	}
+	if bad, _, err := tg.VerifyChunk(9, 0, nil); err != nil || len(bad) != 0 {
+		t.Fatalf("bad blocks %v after bulk writes (%v)", bad, err)
+	}
+}
+
+func TestOnlyLargeAlignedWritesQualifyForODirect(t *testing.T) {
+	for _, c := range []struct {
+		off  int64
+		n    int
+		want bool
+	}{{0, 1 << 20, true}, {4096, 64 << 10, true}, {0, 32 << 10, false}, {100, 1 << 20, false}, {0, 1<<20 + 1, false}} {
+		if got := canWriteDirect(c.off, c.n); got != c.want {
+			t.Errorf("canWriteDirect(%d, %d) = %v", c.off, c.n, got)
+		}
+	}
+}
+
+func TestWriteDirectUsesAnODirectDescriptor(t *testing.T) {
+	f, err := OSFS{}.OpenFile(t.TempDir()+"/d", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := pattern(3, 128<<10)
+	_, err = f.(directWriter).WriteDirect(data[1:], 4096)
+	if of := f.(*osFile); of.directErr != nil {
+		t.Skipf("the file system of %s has no O_DIRECT: %v", of.Name(), of.directErr)
+	}
+	if err == nil {
+		// An unaligned length must be refused by the kernel, or the
+		// descriptor is not O_DIRECT at all.
+		t.Fatal("an unaligned O_DIRECT write succeeded")
+	}
+	if _, err := f.(directWriter).WriteDirect(data, 4096); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 4096); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back through the buffered descriptor: equal %v (%v)", bytes.Equal(got, data), err)
+	}
+}
