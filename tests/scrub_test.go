@@ -138,3 +138,29 @@ func TestScrubReportsABadBlockItCannotRepair(t *testing.T) {
 		t.Fatalf("status does not warn of the bad block (%v):\n%s", err, out)
 	}
 }
+
+// TestScrubCommandStartsAPassAtOnce: `tandem scrub` makes every server
+// scrub now, weeks before its schedule (a week, by default), and the bad
+// block on a follower is repaired.
+func TestScrubCommandStartsAPassAtOnce(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "f")
+	data, ino := writeRandomFile(t, path, 256<<10)
+	follower := chunkCopies(t, c, ino, 0)[1]
+	flipByte(t, follower, 70_000)
+
+	out, err := runTandem(t, "scrub", "--data", c.Dir())
+	if err != nil {
+		t.Fatalf("tandem scrub: %v\n%s", err, out)
+	}
+	if !bytes.Contains([]byte(out), []byte("scrub started")) {
+		t.Fatalf("tandem scrub says:\n%s", out)
+	}
+	waitScrubbed(t, c, 30*time.Second, "the bad block was not repaired", func(st *scrubStatus) bool {
+		_, repaired, _ := scrubTotals(st)
+		return repaired == 1
+	})
+	if onDisk, err := os.ReadFile(follower); err != nil || !bytes.Equal(onDisk, data) {
+		t.Fatalf("the follower's copy is not the data written (%v)", err)
+	}
+}

@@ -34,18 +34,7 @@ func (c *connectFlags) add(cmd *cobra.Command) {
 
 // metaClients returns a client per metadata replica.
 func (c *connectFlags) client() ([]*rpc.Client, error) {
-	addr, secretFile := c.meta, c.secretFile
-	if addr == "" {
-		l, err := cluster.LoadLayout(c.dir)
-		if err != nil {
-			return nil, err
-		}
-		addr, secretFile = l.MetaAddr, l.SecretFile
-	}
-	if secretFile == "" {
-		return nil, fmt.Errorf("--meta needs --secret-file")
-	}
-	secret, err := rpc.ReadSecretFile(secretFile)
+	addr, secret, err := c.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +45,27 @@ func (c *connectFlags) client() ([]*rpc.Client, error) {
 		out = append(out, cl)
 	}
 	return out, nil
+}
+
+// resolve returns the metadata replicas' addresses (comma-separated) and
+// the cluster secret.
+func (c *connectFlags) resolve() (string, rpc.Secret, error) {
+	addr, secretFile := c.meta, c.secretFile
+	if addr == "" {
+		l, err := cluster.LoadLayout(c.dir)
+		if err != nil {
+			return "", nil, err
+		}
+		addr, secretFile = l.MetaAddr, l.SecretFile
+	}
+	if secretFile == "" {
+		return "", nil, fmt.Errorf("--meta needs --secret-file")
+	}
+	secret, err := rpc.ReadSecretFile(secretFile)
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, secret, nil
 }
 
 // replicaJSON is one metadata replica as status sees it.

@@ -15,6 +15,8 @@ const (
 	OpChunkDelete
 	OpChunkList
 	OpChunkRepair
+	// OpScrubStart (no body) asks a storage server to start a scrub now.
+	OpScrubStart
 )
 
 // Routing says which copy of which chain a request is for. A client sends

@@ -40,10 +40,11 @@ func FuzzStorageRequest(f *testing.F) {
 		req.Encode(&e)
 		f.Add(op-proto.OpChunkWrite, e.B)
 	}
-	f.Add(uint16(7), []byte{1, 2, 3})
+	f.Add(uint16(7), []byte{}) // OpScrubStart
+	f.Add(uint16(8), []byte{1, 2, 3})
 
 	f.Fuzz(func(t *testing.T, op uint16, payload []byte) {
-		op = proto.OpChunkWrite + op%8 // the seven storage ops and one unknown
+		op = proto.OpChunkWrite + op%9 // the eight storage ops and one unknown
 		var reply wire.Enc
 		err := svc.handle(op, wire.NewDec(payload), &reply)
 		if err != nil || op != proto.OpChunkRead {

@@ -68,6 +68,12 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 					return p.CallContext(ctx, proto.OpChunkDelete, f.Encode, nil)
 				})
 		})
+	case proto.OpScrubStart:
+		if err := d.Finish(); err != nil {
+			return rpc.BadRequest(err)
+		}
+		s.kickScrub()
+		return nil
 	case proto.OpChunkRepair:
 		var r proto.ChunkRepairReq
 		r.Decode(d)

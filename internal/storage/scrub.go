@@ -113,33 +113,51 @@ func (s *scrubs) update(k scrubKey, fn func(r *scrubRecord)) {
 	fn(r)
 }
 
-// scrubLoop runs a pass whenever one is due, until the service stops.
+// scrubLoop runs a pass whenever one is due or asked for, until the
+// service stops.
 func (s *Service) scrubLoop() {
 	defer s.wg.Done()
-	if s.cfg.ScrubEvery <= 0 {
-		return
-	}
 	select { // target IDs come with the first registration
 	case <-s.reg:
 	case <-s.stop:
 		return
 	}
 	last := s.lastScrub()
-	if last.IsZero() {
+	if last.IsZero() && s.cfg.ScrubEvery > 0 {
 		last = time.Now() // a new server: its first pass one period from now
 		s.saveLastScrub(last)
 	}
 	for {
+		var due <-chan time.Time
+		var timer *time.Timer
+		if s.cfg.ScrubEvery > 0 {
+			timer = time.NewTimer(time.Until(last.Add(s.cfg.ScrubEvery)))
+			due = timer.C
+		}
 		select {
 		case <-s.stop:
 			return
-		case <-time.After(time.Until(last.Add(s.cfg.ScrubEvery))):
+		case <-due:
+		case <-s.scrubNow:
+			s.logf("storage: scrub started on request")
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 		if !s.scrubPass() {
 			return // stopped part way
 		}
 		last = time.Now()
 		s.saveLastScrub(last)
+	}
+}
+
+// kickScrub asks for a pass now; one already asked for and not yet
+// started covers this request too.
+func (s *Service) kickScrub() {
+	select {
+	case s.scrubNow <- struct{}{}:
+	default:
 	}
 }
 

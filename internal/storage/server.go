@@ -76,6 +76,7 @@ type Service struct {
 	cs        chainState
 	resyncs   resyncs
 	scrubs    scrubs
+	scrubNow  chan struct{} // a scrub asked for (OpScrubStart); buffered, 1
 	leaseWarn sync.Once
 	failed    failedTargets
 	known     knownVersions
@@ -148,7 +149,7 @@ func newService(cfg Config) (*Service, error) {
 	if cfg.FS == nil {
 		cfg.FS = OSFS{}
 	}
-	s := &Service{cfg: cfg, logf: cfg.Logf, stop: make(chan struct{}), reg: make(chan struct{})}
+	s := &Service{cfg: cfg, logf: cfg.Logf, stop: make(chan struct{}), reg: make(chan struct{}), scrubNow: make(chan struct{}, 1)}
 	s.cs.stores = map[uint32]*Target{}
 	s.cs.peers = map[string]*rpc.Client{}
 	s.resyncs.running = map[[2]uint32]*resyncJob{}
