@@ -59,7 +59,23 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 		return status(err)
 	}
 	out.Fh = fs.addFile(h)
+	out.OpenFlags |= openReplyFlags(in.Flags)
 	return gofuse.OK
+}
+
+// openReplyFlags are the FOPEN_ flags for an open with open(2) flags.
+// A read-only handle has nothing to flush: its close need not wait for a
+// FLUSH round trip to the client (FOPEN_NOFLUSH), which spares every
+// open-read-close (compilers reading headers, the read phase of mdtest) a
+// kernel round trip. Writers' handles keep FLUSH: it commits their writes
+// before close returns (close-to-open). POSIX locks are the kernel's own
+// here (the mount does not take them over), so FLUSH is not needed to
+// release them.
+func openReplyFlags(flags uint32) uint32 {
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return gofuse.FOPEN_NOFLUSH
+	}
+	return 0
 }
 
 // dropPrivileges clears set-user-ID (and set-group-ID with group execute)

@@ -48,3 +48,20 @@ func TestAReadReplyReleasesItsMemoryOnce(t *testing.T) {
 		t.Fatalf("memory released %d times, want once", released)
 	}
 }
+
+func TestOnlyReadOnlyOpensSkipTheFlushOnClose(t *testing.T) {
+	for _, c := range []struct {
+		flags   uint32
+		noFlush bool
+	}{
+		{syscall.O_RDONLY, true},
+		{syscall.O_RDONLY | syscall.O_DIRECT, true},
+		{syscall.O_WRONLY, false},
+		{syscall.O_RDWR, false},
+		{syscall.O_WRONLY | syscall.O_APPEND, false},
+	} {
+		if got := openReplyFlags(c.flags)&gofuse.FOPEN_NOFLUSH != 0; got != c.noFlush {
+			t.Errorf("open flags %#o: no flush %v, want %v", c.flags, got, c.noFlush)
+		}
+	}
+}
