@@ -282,3 +282,27 @@ func TestThreeCopiesSurviveTwoServerCrashes(t *testing.T) {
 		t.Fatal("a file written on the last server reads back wrong")
 	}
 }
+
+// TestAnOddServerHoldsReplicatedFilesToo: with three servers of one
+// target each, the third target is chained with one of the others (it
+// holds that chain's second store), so files with two copies use all
+// three servers, and losing the third loses nothing.
+func TestAnOddServerHoldsReplicatedFilesToo(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(3, 1))
+	path := filepath.Join(c.Mount(), "f")
+	data := randBytes(3<<20 + 100)
+	mustWrite(t, path, data)
+	l := getLayout(t, path)
+	distinct := map[uint32]bool{}
+	for _, id := range l.Targets {
+		distinct[id] = true
+	}
+	if l.Replicas != 2 || len(distinct) != 3 {
+		t.Fatalf("layout %+v: want two copies over all three targets", l)
+	}
+	c.KillProcess("storage3")
+	waitFailover(t, c, 20*time.Second)
+	if got := mustRead(t, path); !bytes.Equal(got, data) {
+		t.Fatal("the file reads back other bytes without the third server")
+	}
+}

@@ -3,6 +3,7 @@ package meta
 import (
 	"cmp"
 	"encoding/binary"
+	"maps"
 	"slices"
 	"syscall"
 
@@ -22,11 +23,17 @@ import (
 const replicatedChainBase = 1 << 20
 
 // formChains groups targets not yet in a chain of r members into new
-// chains of r targets on r different servers, for r = 2 and 3. Each target
-// joins at most one chain of each size. Members are taken from the servers
-// with the most unchained targets first, so that a cluster of equal
-// servers pairs up completely; the member order rotates from chain to
-// chain so that heads (which serve reads) spread over the servers.
+// chains of r targets on r different servers, for r = 2 and 3. Members are
+// taken from the servers with the most unchained targets first, so that a
+// cluster of equal servers pairs up completely, each target in one chain
+// of each size; the member order rotates from chain to chain so that heads
+// (which serve reads) spread over the servers. Targets left over because
+// too few servers have unchained ones (a server added on its own to a
+// cluster whose targets are all chained) are chained with targets that
+// already are, on the least used other servers: their chunks then live in
+// a second store on those targets (chains/<id>/), and the new server's
+// capacity is used by replicated files at once, instead of waiting for a
+// partner server as a BeeGFS buddy group would.
 func (t *tx) formChains() error {
 	targets, err := loadTargets(t.b)
 	if err != nil {
@@ -61,18 +68,23 @@ func (t *tx) formChainsOf(r int, targets []proto.Target, chains []proto.Chain) e
 			free[tg.Server] = append(free[tg.Server], tg.ID)
 		}
 	}
-	for {
-		servers := serversByFreeTargets(free)
-		if len(servers) < r {
-			return nil
+	uses := map[uint32]int{}    // target -> chains of r it is in
+	unwell := map[uint32]bool{} // targets not serving in some chain
+	for _, c := range chains {
+		for i, id := range c.Targets {
+			if len(c.Targets) == r {
+				uses[id]++
+			}
+			if i < len(c.States) && c.States[i] != proto.MemberServing {
+				unwell[id] = true
+			}
 		}
-		members := make([]uint32, r)
-		for i, srv := range servers[:r] {
-			members[i] = free[srv][0]
-			free[srv] = free[srv][1:]
+	}
+	save := func(members []uint32, rotate bool) error {
+		if rotate {
+			rot := made % r
+			members = append(members[rot:], members[:rot]...)
 		}
-		rot := made % r
-		members = append(members[rot:], members[:rot]...)
 		id, err := t.counter(keyNextChain)
 		if err != nil {
 			return err
@@ -80,8 +92,76 @@ func (t *tx) formChainsOf(r int, targets []proto.Target, chains []proto.Chain) e
 		c := proto.Chain{ID: replicatedChainBase + id, Version: 1, Targets: members,
 			States: make([]uint8, r), SinceMs: make([]int64, r)}
 		t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
+		for _, m := range members {
+			uses[m]++
+		}
 		made++
+		return nil
 	}
+	for {
+		servers := serversByFreeTargets(free)
+		if len(servers) < r {
+			break
+		}
+		members := make([]uint32, r)
+		for i, srv := range servers[:r] {
+			members[i] = free[srv][0]
+			free[srv] = free[srv][1:]
+		}
+		if err := save(members, true); err != nil {
+			return err
+		}
+	}
+	if made == 0 {
+		return nil // no chain of r yet: the leftovers wait for partners
+	}
+	for _, srv := range serversByFreeTargets(free) {
+		for _, tg := range free[srv] {
+			partners := leastUsedPartners(targets, uses, unwell, srv, r-1)
+			if partners == nil {
+				return nil // too few other servers with a serving target
+			}
+			// The new target heads its chain: it serves nothing else
+			// yet, and reads go to heads.
+			if err := save(append([]uint32{tg}, partners...), false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// leastUsedPartners picks n chained, serving targets on n different
+// servers other than server not: the servers whose targets are in the
+// fewest chains first, and on each its least used target (ties by ID).
+// Nil if there are fewer than n such servers.
+func leastUsedPartners(targets []proto.Target, uses map[uint32]int, unwell map[uint32]bool, not uint32, n int) []uint32 {
+	load := map[uint32]int{}    // server -> chain memberships of its targets
+	best := map[uint32]uint32{} // server -> its least used target
+	for _, tg := range targets {
+		if tg.Server == not || uses[tg.ID] == 0 || unwell[tg.ID] {
+			continue
+		}
+		load[tg.Server] += uses[tg.ID]
+		if b, ok := best[tg.Server]; !ok || uses[tg.ID] < uses[b] || (uses[tg.ID] == uses[b] && tg.ID < b) {
+			best[tg.Server] = tg.ID
+		}
+	}
+	if len(load) < n {
+		return nil
+	}
+	servers := slices.Collect(maps.Keys(load))
+	slices.SortFunc(servers, func(a, b uint32) int {
+		if c := cmp.Compare(load[a], load[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	out := make([]uint32, n)
+	for i, srv := range servers[:n] {
+		out[i] = best[srv]
+	}
+	return out
 }
 
 // serversByFreeTargets lists the servers that have unchained targets, most

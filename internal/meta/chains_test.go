@@ -1,0 +1,112 @@
+package meta
+
+import (
+	"testing"
+
+	"tandemfs/internal/proto"
+)
+
+// registerTargets adds n targets of server srv to the store and forms
+// chains, as a server's registration does; it returns the chains.
+func registerTargets(t *testing.T, f *FSM, srv uint32, ids ...uint32) []proto.Chain {
+	t.Helper()
+	tx := &tx{f: f, b: f.db.NewIndexedBatch()}
+	for _, id := range ids {
+		tg := proto.Target{ID: id, Server: srv}
+		tx.b.Set(u32Key(prefixTarget, id), marshalTarget(&tg), nil)
+	}
+	if err := tx.formChains(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.b.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	chains, err := loadChains(f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chains
+}
+
+func pairs(chains []proto.Chain) []proto.Chain {
+	var out []proto.Chain
+	for _, c := range chains {
+		if len(c.Targets) == 2 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestAServerAddedAloneIsChainedWithTheLeastUsedServers(t *testing.T) {
+	f, err := OpenFSM(t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.db.Close()
+	server := map[uint32]uint32{1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
+
+	if c := registerTargets(t, f, 1, 1, 2); len(c) != 0 {
+		t.Fatalf("one server formed chains %+v", c)
+	}
+	if c := pairs(registerTargets(t, f, 2, 3, 4)); len(c) != 2 {
+		t.Fatalf("two servers of two targets formed %d pairs, want 2: %+v", len(c), c)
+	}
+	chains := pairs(registerTargets(t, f, 3, 5, 6))
+	if len(chains) != 4 {
+		t.Fatalf("after a third server: %d pairs, want 4: %+v", len(chains), chains)
+	}
+	uses := map[uint32]int{}   // per target
+	perSrv := map[uint32]int{} // per server
+	for _, c := range chains {
+		if server[c.Targets[0]] == server[c.Targets[1]] {
+			t.Fatalf("chain %d has both copies on server %d", c.ID, server[c.Targets[0]])
+		}
+		for _, m := range c.Targets {
+			uses[m]++
+			perSrv[server[m]]++
+		}
+	}
+	for id := uint32(1); id <= 6; id++ {
+		if uses[id] == 0 {
+			t.Fatalf("target %d is in no replicated chain: %+v", id, chains)
+		}
+	}
+	if perSrv[1] != 3 || perSrv[2] != 3 || perSrv[3] != 2 {
+		t.Fatalf("chain memberships per server %v, want 3, 3, 2 (spread over the old servers)", perSrv)
+	}
+	for _, c := range chains[2:] {
+		if server[c.Targets[0]] != 3 {
+			t.Fatalf("chain %d is headed by target %d, not the new server's", c.ID, c.Targets[0])
+		}
+	}
+}
+
+func TestTargetsThatAreNotServingAreNoPartners(t *testing.T) {
+	f, err := OpenFSM(t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.db.Close()
+	registerTargets(t, f, 1, 1)
+	chains := registerTargets(t, f, 2, 2)
+	// Target 1's server failed: it is offline in the chain.
+	c := chains[0]
+	c.States[0] = proto.MemberOffline
+	tx := &tx{f: f, b: f.db.NewIndexedBatch()}
+	tx.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
+	if err := tx.b.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	got := pairs(registerTargets(t, f, 3, 3))
+	for _, c := range got[1:] {
+		for _, m := range c.Targets {
+			if m == 1 {
+				t.Fatalf("offline target 1 became a partner: %+v", c)
+			}
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d pairs, want the old one and target 3 with target 2: %+v", len(got), got)
+	}
+}
