@@ -17,8 +17,8 @@ import (
 // in 8 MiB blocks by page reporting) and runs at about 300 MB/s with an
 // fsync at the end, while O_DIRECT writes of the same data run at 700-800
 // MB/s using 5% of a core. The member of a resync was CPU-bound in pwrite;
-// with O_DIRECT a 1 GiB resync ran at 330-380 MB/s instead of 260, and
-// with a client writing meanwhile at 200-210 instead of 120-130. Clients'
+// with O_DIRECT a 1 GiB resync ran at 426-431 MB/s instead of 235-265, and
+// with a client writing meanwhile at 204-386 instead of 118-145. Clients'
 // sequential writes did not gain (each write then waits for the disk), so
 // they stay buffered, as do small and unaligned writes, which need the
 // page cache to merge partial blocks. Lustre's object servers write bulk
