@@ -166,6 +166,10 @@ func (s *Service) kickScrub() {
 func (s *Service) scrubPass() bool {
 	p := pacer{rate: float64(s.cfg.ScrubRate), start: time.Now(), stop: s.stop}
 	for id, tg := range *s.byID.Load() {
+		if err := s.failed.get(id); err != nil {
+			s.logf("storage: scrub skips target %d: %v", id, err)
+			continue // its disk failed: it is out of its chains
+		}
 		if !s.scrubStore(scrubKey{id, id}, tg, &p) {
 			return false
 		}
@@ -180,6 +184,7 @@ func (s *Service) scrubPass() bool {
 			}
 		}
 	}
+	s.logf("storage: scrub pass done in %v (%d MiB read)", time.Since(p.start).Round(time.Millisecond), p.done>>20)
 	return true
 }
 
