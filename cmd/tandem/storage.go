@@ -110,7 +110,7 @@ it was registered with before.`,
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
 	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
-	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: never)")
+	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: only when asked, by tandem scrub)")
 	f.StringVar(&scrubRate, "scrub-rate", "64M", "most bytes a second a scrub reads (e.g. 64M; 0: no limit)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)

@@ -48,7 +48,8 @@ type Config struct {
 	// MaxOpenChunks bounds each target's open-chunk cache.
 	MaxOpenChunks int
 	// ScrubEvery is the time between scrubs (scrub.go): passes that read
-	// back and verify every stored block. 0 means never.
+	// back and verify every stored block. 0: only when asked for
+	// (OpScrubStart, `tandem scrub`).
 	ScrubEvery time.Duration
 	// ScrubRate bounds a scrub's reads, in bytes a second (0: no bound).
 	ScrubRate int64
