@@ -59,7 +59,7 @@ it was registered with before.`,
 				return &exitError{2, fmt.Errorf("storage: --scrub-rate %q: %v", scrubRate, err)}
 			}
 			if scrubEvery < 0 {
-				return &exitError{2, fmt.Errorf("storage: --scrub-every %v is negative (0 turns scrubbing off)", scrubEvery)}
+				return &exitError{2, fmt.Errorf("storage: --scrub-every %v is negative (0 scrubs only when asked)", scrubEvery)}
 			}
 			secret, err := rpc.ReadSecretFile(secretFile)
 			if err != nil {
