@@ -149,19 +149,13 @@ type ChunkSyncReq struct {
 func (r *ChunkSyncReq) Encode(e *wire.Enc) {
 	r.Routing.Encode(e)
 	e.U64(r.Ino)
-	e.U32(uint32(len(r.Indexes)))
-	for _, i := range r.Indexes {
-		e.U64(i)
-	}
+	e.U64s(r.Indexes)
 }
 
 func (r *ChunkSyncReq) Decode(d *wire.Dec) {
 	r.Routing.Decode(d)
 	r.Ino = d.U64()
-	r.Indexes = make([]uint64, d.Count(MaxList, 8))
-	for i := range r.Indexes {
-		r.Indexes[i] = d.U64()
-	}
+	r.Indexes = d.U64s(MaxList)
 }
 
 // ChunkDeleteReq removes every chunk of file Ino whose index is in
@@ -269,17 +263,11 @@ const MaxRepairBlocks = 4096
 func (r *ChunkRepairReq) Encode(e *wire.Enc) {
 	r.Chunk.Encode(e)
 	e.U32(r.Member)
-	e.U32(uint32(len(r.Blocks)))
-	for _, b := range r.Blocks {
-		e.U64(b)
-	}
+	e.U64s(r.Blocks)
 }
 
 func (r *ChunkRepairReq) Decode(d *wire.Dec) {
 	r.Chunk.Decode(d)
 	r.Member = d.U32()
-	r.Blocks = make([]uint64, d.Count(MaxRepairBlocks, 8))
-	for i := range r.Blocks {
-		r.Blocks[i] = d.U64()
-	}
+	r.Blocks = d.U64s(MaxRepairBlocks)
 }

@@ -61,6 +61,14 @@ func (e *Enc) U32s(v []uint32) {
 	}
 }
 
+// U64s writes a count followed by the values.
+func (e *Enc) U64s(v []uint64) {
+	e.U32(uint32(len(v)))
+	for _, x := range v {
+		e.U64(x)
+	}
+}
+
 // Dec reads fields from a byte slice. The first error sticks.
 type Dec struct {
 	b   []byte
@@ -173,6 +181,19 @@ func (d *Dec) U32s(max int) []uint32 {
 	v := make([]uint32, n)
 	for i := range v {
 		v[i] = d.U32()
+	}
+	return v
+}
+
+// U64s reads a count-prefixed list of at most max values.
+func (d *Dec) U64s(max int) []uint64 {
+	n := d.Count(max, 8)
+	if n == 0 {
+		return nil
+	}
+	v := make([]uint64, n)
+	for i := range v {
+		v[i] = d.U64()
 	}
 	return v
 }
