@@ -24,15 +24,7 @@ from a good copy; a server already scrubbing starts another pass when the
 current one ends. "tandem status" shows the progress and what was found.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, secret, err := cf.resolve()
-			if err != nil {
-				return err
-			}
-			cls, err := cf.client()
-			if err != nil {
-				return err
-			}
-			st, _, err := askReplicas(cls)
+			st, secret, err := cf.clusterStatus()
 			if err != nil {
 				return err
 			}

@@ -38,13 +38,29 @@ func (c *connectFlags) client() ([]*rpc.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return metaClients(addr, secret), nil
+}
+
+// clusterStatus asks the metadata leader for the status, for tools that
+// act on what it lists; it also returns the cluster secret they need.
+func (c *connectFlags) clusterStatus() (*proto.StatusReply, rpc.Secret, error) {
+	addr, secret, err := c.resolve()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, _, err := askReplicas(metaClients(addr, secret))
+	return st, secret, err
+}
+
+// metaClients returns a client per metadata replica address.
+func metaClients(addr string, secret rpc.Secret) []*rpc.Client {
 	var out []*rpc.Client
 	for _, a := range strings.Split(addr, ",") {
 		cl := rpc.NewClient(strings.TrimSpace(a), secret)
 		cl.CallTimeout = 10 * time.Second
 		out = append(out, cl)
 	}
-	return out, nil
+	return out
 }
 
 // resolve returns the metadata replicas' addresses (comma-separated) and

@@ -27,11 +27,7 @@ Files stored with one copy on the dead disk are lost.`,
 			if id == 0 {
 				return &exitError{2, fmt.Errorf("target replace: give the dead target's --id")}
 			}
-			cls, err := cf.client()
-			if err != nil {
-				return err
-			}
-			st, _, err := askReplicas(cls)
+			st, _, err := cf.clusterStatus()
 			if err != nil {
 				return err
 			}
