@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"errors"
-	"os"
 	"slices"
 	"testing"
 )
@@ -19,7 +18,7 @@ func TestVerifyChunkNamesEveryBadBlockAndReadsTheWholeChunk(t *testing.T) {
 		t.Fatalf("a whole chunk: bad %v, %d bytes read, %v", bad, n, err)
 	}
 	for _, off := range []int64{3*BlockSize + 17, 100 * BlockSize, int64(len(data)) - 1} {
-		flipFileByte(t, tg.dataPath(7, 0), off)
+		flipBit(t, tg.dataPath(7, 0), off)
 	}
 	bad, n, err = tg.VerifyChunk(7, 0, nil)
 	if err != nil || n != int64(len(data)) {
@@ -46,22 +45,5 @@ func TestVerifyChunkStopsWhenItsPacerSaysSo(t *testing.T) {
 	})
 	if !errors.Is(err, stop) || calls != 1 || n != scrubPiece {
 		t.Fatalf("after the pacer's error: %d calls, %d bytes, %v", calls, n, err)
-	}
-}
-
-func flipFileByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := []byte{0}
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x55
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
 	}
 }
