@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -170,7 +173,7 @@ func (s *Service) chainStore(tg *Target, id uint32) (*Target, error) {
 	if st := s.cs.stores[id]; st != nil {
 		return st, nil
 	}
-	dir := filepath.Join(tg.Dir(), "chains", strconv.FormatUint(uint64(id), 10))
+	dir := chainStoreDir(tg, id)
 	if err := s.cfg.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store of chain %d on target %s: %w", id, tg.Dir(), err)
 	}
@@ -180,6 +183,31 @@ func (s *Service) chainStore(tg *Target, id uint32) (*Target, error) {
 	}
 	s.cs.stores[id] = st
 	return st, nil
+}
+
+// chainStoreDir is the directory of target tg's store of chain id.
+func chainStoreDir(tg *Target, id uint32) string {
+	return filepath.Join(tg.Dir(), "chains", strconv.FormatUint(uint64(id), 10))
+}
+
+// chainStoreIDs lists the replicated chains target tg holds a store of
+// (none, without an error, before the first one is made).
+func (s *Service) chainStoreIDs(tg *Target) ([]uint32, error) {
+	names, err := s.cfg.FS.ReadDirNames(filepath.Join(tg.Dir(), "chains"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	for _, n := range names {
+		if id, err := strconv.ParseUint(n, 10, 32); err == nil {
+			ids = append(ids, uint32(id))
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 func (s *Service) closeChainStores() {

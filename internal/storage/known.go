@@ -1,8 +1,6 @@
 package storage
 
 import (
-	"errors"
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,7 +45,7 @@ func (s *Service) recordVersions(v *chainView) {
 			if s.known.written[key] == c.Version {
 				continue
 			}
-			dir := filepath.Join(tg.Dir(), "chains", strconv.FormatUint(uint64(c.ID), 10))
+			dir := chainStoreDir(tg, c.ID)
 			if err := s.cfg.FS.MkdirAll(dir, 0o755); err != nil {
 				s.logf("storage: recording chain %d version: %v", c.ID, err)
 				continue
@@ -68,20 +66,13 @@ func (s *Service) knownChainVersions() []proto.ChainVersion {
 		if tg.ID() == 0 {
 			continue
 		}
-		names, err := s.cfg.FS.ReadDirNames(filepath.Join(tg.Dir(), "chains"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		ids, err := s.chainStoreIDs(tg)
 		if err != nil {
 			s.logf("storage: reading chain versions of %s: %v", tg.Dir(), err)
 			continue
 		}
-		for _, n := range names {
-			id, err := strconv.ParseUint(n, 10, 32)
-			if err != nil {
-				continue
-			}
-			b, err := readFile(s.cfg.FS, filepath.Join(tg.Dir(), "chains", n, knownVersionFile))
+		for _, id := range ids {
+			b, err := readFile(s.cfg.FS, filepath.Join(chainStoreDir(tg, id), knownVersionFile))
 			if err != nil {
 				continue
 			}
@@ -89,7 +80,7 @@ func (s *Service) knownChainVersions() []proto.ChainVersion {
 			if err != nil {
 				continue
 			}
-			out = append(out, proto.ChainVersion{Chain: uint32(id), Target: tg.ID(), Version: uint32(v)})
+			out = append(out, proto.ChainVersion{Chain: id, Target: tg.ID(), Version: uint32(v)})
 		}
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -173,7 +172,11 @@ func (s *Service) scrubPass() bool {
 		if !s.scrubStore(scrubKey{id, id}, tg, &p) {
 			return false
 		}
-		for _, chain := range s.chainStoreIDs(tg) {
+		chains, err := s.chainStoreIDs(tg)
+		if err != nil {
+			s.logf("storage: scrub of target %d: %v", id, err)
+		}
+		for _, chain := range chains {
 			st, err := s.chainStore(tg, chain)
 			if err != nil {
 				s.logf("storage: scrub of target %d: %v", id, err)
@@ -186,22 +189,6 @@ func (s *Service) scrubPass() bool {
 	}
 	s.logf("storage: scrub pass done in %v (%d MiB read)", time.Since(p.start).Round(time.Millisecond), p.done>>20)
 	return true
-}
-
-// chainStoreIDs lists the replicated chains target tg holds a copy of.
-func (s *Service) chainStoreIDs(tg *Target) []uint32 {
-	names, err := s.cfg.FS.ReadDirNames(filepath.Join(tg.Dir(), "chains"))
-	if err != nil {
-		return nil // none yet
-	}
-	var ids []uint32
-	for _, n := range names {
-		if id, err := strconv.ParseUint(n, 10, 32); err == nil {
-			ids = append(ids, uint32(id))
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // scrubStore reads back every chunk of one store and repairs what it can;
