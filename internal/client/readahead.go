@@ -139,7 +139,7 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 		}
 		clear(dst[n:])
 	}
-	return buf, func() {}, true, nil
+	return buf, noop, true, nil
 }
 
 // fetchChunk starts reading chunk idx of the file in the background.
