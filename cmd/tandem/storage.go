@@ -23,6 +23,7 @@ func init() {
 		metaPrivate, faultFile, scrubRate          string
 		targets                                    []string
 		heartbeat, scrubEvery                      time.Duration
+		resyncShare                                float64
 	)
 	cmd := &cobra.Command{
 		Use:   "storage --listen ADDR --meta ADDR[,ADDR] --secret-file FILE --target DIR [--target DIR ...]",
@@ -58,6 +59,9 @@ it was registered with before.`,
 			if err != nil {
 				return &exitError{2, fmt.Errorf("storage: --scrub-rate %q: %v", scrubRate, err)}
 			}
+			if resyncShare < 0 || resyncShare >= 1 {
+				return &exitError{2, fmt.Errorf("storage: --resync-share %g: must be at least 0 and below 1 (0: no pacing)", resyncShare)}
+			}
 			if scrubEvery < 0 {
 				return &exitError{2, fmt.Errorf("storage: --scrub-every %v is negative (0 scrubs only when asked)", scrubEvery)}
 			}
@@ -88,6 +92,7 @@ it was registered with before.`,
 				HeartbeatInterval: heartbeat,
 				ScrubEvery:        scrubEvery,
 				ScrubRate:         int64(rate),
+				ResyncShare:       resyncShare,
 				Logf:              logger.Printf,
 			})
 			if err != nil {
@@ -112,6 +117,7 @@ it was registered with before.`,
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: only when asked, by tandem scrub)")
 	f.StringVar(&scrubRate, "scrub-rate", "64M", "most bytes a second a scrub reads (e.g. 64M; 0: no limit)")
+	f.Float64Var(&resyncShare, "resync-share", storage.DefaultResyncShare, "while this server copies a resync, the share of the bytes written here that the copy is guaranteed against clients' writes, which wait for it (0: no pacing)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }

@@ -48,8 +48,10 @@ type Options struct {
 	// ScrubEvery is passed to every storage server's --scrub-every (0:
 	// the server's default).
 	ScrubEvery time.Duration
-	Progress   io.Writer // where to report progress (may be nil)
-	Timeout    time.Duration
+	// StorageFlags are added to every storage server's command line.
+	StorageFlags []string
+	Progress     io.Writer // where to report progress (may be nil)
+	Timeout      time.Duration
 }
 
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
@@ -312,6 +314,7 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 		if o.ScrubEvery > 0 {
 			args = append(args, "--scrub-every", o.ScrubEvery.String())
 		}
+		args = append(args, o.StorageFlags...)
 		started, err := o.start(s.Name, args)
 		if err != nil {
 			return err

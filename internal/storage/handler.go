@@ -108,6 +108,9 @@ func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.C
 
 func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
 	ref := &r.Chunk
+	if !ref.Forwarded && !r.Bulk {
+		s.share.pace(len(r.Data)) // a client's write: leave a running resync its share
+	}
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {
 			write := st.Write

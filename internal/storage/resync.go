@@ -229,6 +229,7 @@ func (r *resyncRun) current() error {
 // copied chunks are made durable on the member in large batches (see
 // syncer), all of them before walk returns, so before OpResyncDone.
 func (r *resyncRun) walk() error {
+	defer r.s.share.begin()() // clients' writes leave the copy its share
 	var (
 		mu       sync.Mutex
 		firstErr error
@@ -466,6 +467,7 @@ func (r *resyncRun) copyChunk(it copyItem) (int, bool, error) {
 		if err := r.peer.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
 			return sent, true, err
 		}
+		r.s.share.copiedBytes(n)
 		sent += n
 		end = off + int64(n)
 	}

@@ -53,6 +53,11 @@ type Config struct {
 	ScrubEvery time.Duration
 	// ScrubRate bounds a scrub's reads, in bytes a second (0: no bound).
 	ScrubRate int64
+	// ResyncShare is the share of the bytes written on this server that
+	// a running resync is guaranteed against clients' writes (share.go;
+	// DefaultResyncShare is a half). 0: no pacing, clients and resyncs
+	// compete freely.
+	ResyncShare float64
 	// Logf receives log lines; default the standard logger.
 	Logf func(format string, args ...any)
 }
@@ -76,6 +81,7 @@ type Service struct {
 
 	cs        chainState
 	resyncs   resyncs
+	share     *resyncShare // paces client writes while resyncs copy
 	scrubs    scrubs
 	scrubNow  chan struct{} // a scrub asked for (OpScrubStart); buffered, 1
 	leaseWarn sync.Once
@@ -140,6 +146,8 @@ func newService(cfg Config) (*Service, error) {
 		return nil, errors.New("storage: no cluster secret")
 	case len(cfg.TargetDirs) == 0:
 		return nil, errors.New("storage: no target directory")
+	case cfg.ResyncShare < 0 || cfg.ResyncShare >= 1:
+		return nil, fmt.Errorf("storage: resync share %g: must be at least 0 and below 1", cfg.ResyncShare)
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 500 * time.Millisecond
@@ -155,6 +163,7 @@ func newService(cfg Config) (*Service, error) {
 	s.cs.peers = map[string]*rpc.Client{}
 	s.resyncs.running = map[[2]uint32]*resyncJob{}
 	s.resyncs.done = map[[2]uint32]uint32{}
+	s.share = newResyncShare(cfg.ResyncShare)
 	s.dirty.init(time.Now)
 	if s.logf == nil {
 		s.logf = log.Printf

@@ -102,6 +102,11 @@ func WithFaultFiles() Option { return func(o *cluster.Options) { o.FaultFiles = 
 // WithScrubEvery has the storage servers scrub every d.
 func WithScrubEvery(d time.Duration) Option { return func(o *cluster.Options) { o.ScrubEvery = d } }
 
+// WithStorageFlags adds flags to every storage server's command line.
+func WithStorageFlags(flags ...string) Option {
+	return func(o *cluster.Options) { o.StorageFlags = append(o.StorageFlags, flags...) }
+}
+
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
 
