@@ -1,10 +1,10 @@
 package tests
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,14 +16,19 @@ import (
 // out, and it returns; with TANDEM_RESYNC_LOAD=1 a client keeps appending
 // to another file (through the mount, as fast as it can) while the head
 // copies. It reports the bytes copied, the head's time and the rate, and
-// what the client wrote meanwhile (docs/ha.md, "Resync speed"). Skipped
+// what the client wrote meanwhile (docs/ha.md, "Resync speed");
+// TANDEM_RESYNC_SHARE sets the servers' --resync-share. Skipped
 // unless TANDEM_RESYNC_MIB is set: it writes a GiB.
 func TestResyncSpeed(t *testing.T) {
 	mib, err := strconv.Atoi(os.Getenv("TANDEM_RESYNC_MIB"))
 	if err != nil || mib <= 0 {
 		t.Skip("set TANDEM_RESYNC_MIB (e.g. 1024) to measure a resync")
 	}
-	c := testcluster.Start(t)
+	var opts []testcluster.Option
+	if share := os.Getenv("TANDEM_RESYNC_SHARE"); share != "" {
+		opts = append(opts, testcluster.WithStorageFlags("--resync-share", share))
+	}
+	c := testcluster.Start(t, opts...)
 	dir := c.Mount()
 	c.KillProcess("storage2")
 	waitFailover(t, c, 20*time.Second)
@@ -45,10 +50,10 @@ func TestResyncSpeed(t *testing.T) {
 	c.Up()
 	waitResyncStarted(t, c, "storage1", 30*time.Second)
 	t0 := time.Now()
-	var load bytes.Buffer
+	var load int64
 	stop, loadDone := make(chan struct{}), make(chan error, 1)
 	if os.Getenv("TANDEM_RESYNC_LOAD") == "1" {
-		go func() { loadDone <- appendUntil(filepath.Join(dir, "load"), &load, stop) }()
+		go func() { loadDone <- appendUntil(filepath.Join(dir, "load"), nil, &load, stop) }()
 	} else {
 		loadDone <- nil
 	}
@@ -61,6 +66,11 @@ func TestResyncSpeed(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(c.Dir(), "logs", "storage1.log"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "storage: resync of") && !resyncDoneLine.MatchString(line) {
+			t.Log(line) // starts and stops, with their times
+		}
 	}
 	var copied, nbytes int
 	var head time.Duration
@@ -77,5 +87,5 @@ func TestResyncSpeed(t *testing.T) {
 		}
 	}
 	t.Logf("resync of %d chunks, %d MB: %v on the head (%.0f MB/s), all serving %v after the restart; the client wrote %d MB (%.0f MB/s)",
-		copied, nbytes/1e6, head, float64(nbytes)/1e6/head.Seconds(), took, load.Len()/1e6, float64(load.Len())/1e6/el.Seconds())
+		copied, nbytes/1e6, head, float64(nbytes)/1e6/head.Seconds(), took, load/1e6, float64(load)/1e6/el.Seconds())
 }
