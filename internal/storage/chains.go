@@ -61,9 +61,8 @@ type chainState struct {
 	// exclusively by deletions of a whole range of chunks.
 	chunkLocks [4096]sync.Mutex
 	inoLocks   [256]sync.RWMutex
-	// applyLocks: a follower holds one shared (by ino, like inoLocks)
-	// while it applies a change; changeBarrier takes each in turn.
-	applyLocks [256]sync.RWMutex
+	// inflight counts the changes being applied, for changeBarrier.
+	inflight *changesInFlight
 
 	peersMu sync.Mutex
 	peers   map[string]*rpc.Client

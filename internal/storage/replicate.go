@@ -46,12 +46,10 @@ func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func
 		if ch.to <= ch.from {
 			return local() // a sync: nothing to record
 		}
-		// An apply lock and a second version check: a resync that starts
-		// after a map change waits for the changes admitted before it
-		// (changeBarrier), and later ones see the new version.
-		al := &s.cs.applyLocks[lockHash(c.ID, ch.ino, 0)%uint64(len(s.cs.applyLocks))]
-		al.RLock()
-		defer al.RUnlock()
+		// Counted in flight, then a second version check: a resync that
+		// starts after a map change waits for the changes admitted under
+		// older versions (changeBarrier), and later ones see the new one.
+		defer s.cs.inflight.start(c.ID, rt.Version)()
 		if cur, ok := s.cs.view.Load().chains[c.ID]; !ok || cur.Version != rt.Version {
 			return rpc.Errorf(syscall.ESTALE, "chain %d changed while the forwarded request waited", c.ID)
 		}
@@ -59,9 +57,13 @@ func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func
 	}
 	unlock := lock()
 	defer unlock()
-	// Check the version again under the lock: a resync that starts after
-	// a map change takes the same lock, so every change it does not see
-	// was admitted under the new map and is forwarded to the new member.
+	if ch.to > ch.from { // a sync has nothing to record, and may take seconds
+		defer s.cs.inflight.start(c.ID, rt.Version)()
+	}
+	// Check the version again, counted in flight: a resync that starts
+	// after a map change waits for the changes of older versions
+	// (changeBarrier), and every other change was admitted under the new
+	// map and is forwarded to the new member.
 	v := s.cs.view.Load()
 	cur, ok := v.chains[c.ID]
 	if !ok || cur.Version != rt.Version {
@@ -149,18 +151,6 @@ func (s *Service) lockIno(chain uint32, ino uint64) func() {
 
 func noLock() func() { return func() {} }
 
-// changeBarrier returns once every change this server was applying to a
-// replicated chain when it was called has been applied and recorded: the
-// head's changes hold an ino lock, a follower's an apply lock. It takes
-// one lock at a time, so it holds up only the changes to files of one
-// lock at a time, and only behind changes already under way.
-func (s *Service) changeBarrier() {
-	for i := range s.cs.inoLocks {
-		s.cs.inoLocks[i].Lock()
-		s.cs.inoLocks[i].Unlock()
-	}
-	for i := range s.cs.applyLocks {
-		s.cs.applyLocks[i].Lock()
-		s.cs.applyLocks[i].Unlock()
-	}
-}
+// changeBarrier returns once every change to chain c admitted under an
+// older version than c's has been applied and recorded (inflight.go).
+func (s *Service) changeBarrier(c proto.Chain) { s.cs.inflight.waitOlder(c.ID, c.Version) }

@@ -179,7 +179,7 @@ func (s *Service) resync(head *Target, c proto.Chain, mi int, job *resyncJob) er
 	// Every change admitted under an older version of the chain is
 	// applied and recorded after the barrier; the tracker must have seen
 	// the version being resynced.
-	s.changeBarrier()
+	s.changeBarrier(c)
 	if v := s.cs.view.Load(); v != nil {
 		s.observeMap(v)
 	}

@@ -161,6 +161,7 @@ func newService(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, logf: cfg.Logf, stop: make(chan struct{}), reg: make(chan struct{}), scrubNow: make(chan struct{}, 1)}
 	s.cs.stores = map[uint32]*Target{}
 	s.cs.peers = map[string]*rpc.Client{}
+	s.cs.inflight = newChangesInFlight()
 	s.resyncs.running = map[[2]uint32]*resyncJob{}
 	s.resyncs.done = map[[2]uint32]uint32{}
 	s.share = newResyncShare(cfg.ResyncShare)
