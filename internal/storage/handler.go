@@ -27,6 +27,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		var r proto.ChunkReadReq
 		r.Decode(d)
 		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
+			if !r.Chunk.Forwarded {
+				s.share.pace(int(min(r.Len, proto.MaxData))) // a client's read: leave a running resync its share
+			}
 			if len(c.Targets) == 1 {
 				return s.read(st, &r, e)
 			}

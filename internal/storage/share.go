@@ -10,13 +10,12 @@ import (
 // have one good copy, and the copy competes with the clients' writes for
 // the same CPU, network and disk. Left alone, clients writing as fast as
 // they can take nearly all of it (measured on one machine: a 1 GiB resync
-// slowed from 450–550 MB/s to 45–70 MB/s under a client writing 150 MB/s).
-// So while this server copies a resync, the client writes it takes as a
-// head are admitted so that they make up at most 1-share of the bytes the
-// two write together. Clients always get a floor of bytes a second on
-// top, so they never stop, even while the resync lists buckets or waits
-// for its member. Client reads are not paced: they add no data to copy
-// and cost the servers far less than writes.
+// slowed from 450–550 MB/s to 45–72 MB/s under a client writing 150 MB/s).
+// So while this server copies a resync, the client reads and writes it
+// takes as a head are admitted so that they make up at most 1-share of
+// the bytes the two move together (reads take the same disk and CPU).
+// Clients always get a floor of bytes a second on top, so they never
+// stop, even while the resync lists buckets or waits for its member.
 
 // DefaultResyncShare is the share of the written bytes a resync is
 // guaranteed against client writes. Where the disk is the bottleneck a
@@ -24,8 +23,8 @@ import (
 // byte costs a server more CPU than a resync's (it goes through the page
 // cache, the copy with O_DIRECT): on the test machine, with a half a
 // resync under full client load copied 180–260 MB/s, and with three
-// quarters 350–430 MB/s, half the disk's O_DIRECT bandwidth (docs/ha.md,
-// "Resync speed").
+// quarters 322–470 MB/s, at least the 350 that are half the disk's
+// O_DIRECT bandwidth in four runs of five (docs/ha.md, "Resync share").
 const DefaultResyncShare = 0.75
 
 // resyncClientFloor is what clients may always write, in bytes a second,
@@ -38,7 +37,7 @@ const resyncClientFloor = 16 << 20
 const resyncClientBurst = 4 << 20
 
 // resyncShare admits client writes against the resync copies of this
-// server (see above). The zero value with share 0 admits everything.
+// server (see above). newResyncShare(0) admits everything.
 type resyncShare struct {
 	share float64 // of the bytes written, for the resync; 0 or 1: no pacing
 	floor float64 // bytes a second clients always get
