@@ -65,13 +65,20 @@ func TestClientWritesKeepToTheirShareOfAResync(t *testing.T) {
 	}
 }
 
-func TestCopyingWakesWaitingWrites(t *testing.T) {
+// spentShare returns a share of 0.5 in a busy period whose clients have
+// used up their burst, and the share's clock.
+func spentShare(t *testing.T) (*resyncShare, *time.Time) {
 	now := time.Unix(1000, 0)
 	p := shareAt(0.5, &now)
-	defer p.begin()()
+	t.Cleanup(p.begin())
 	for range resyncClientBurst / mib {
 		p.tryAdmit(mib)
 	}
+	return p, &now
+}
+
+func TestCopyingWakesWaitingWrites(t *testing.T) {
+	p, _ := spentShare(t)
 	ok, _, progress := p.tryAdmit(mib)
 	if ok || progress == nil {
 		t.Fatal("a write past the burst passed although the resync copied nothing")
@@ -88,12 +95,7 @@ func TestCopyingWakesWaitingWrites(t *testing.T) {
 }
 
 func TestClientsAlwaysGetTheFloor(t *testing.T) {
-	now := time.Unix(1000, 0)
-	p := shareAt(0.5, &now)
-	defer p.begin()()
-	for range resyncClientBurst / mib {
-		p.tryAdmit(mib)
-	}
+	p, now := spentShare(t)
 	// The resync copies nothing (it lists, or its member is slow): a
 	// write waits for the floor alone, and then passes.
 	_, wait, _ := p.tryAdmit(mib)
@@ -101,7 +103,7 @@ func TestClientsAlwaysGetTheFloor(t *testing.T) {
 	if wait != want {
 		t.Fatalf("a write waits %v for the floor, want %v", wait, want)
 	}
-	now = now.Add(wait)
+	*now = now.Add(wait)
 	if ok, wait, _ := p.tryAdmit(mib); !ok {
 		t.Fatalf("after the floor's time the write still waits %v", wait)
 	}
