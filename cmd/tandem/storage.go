@@ -117,7 +117,7 @@ it was registered with before.`,
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: only when asked, by tandem scrub)")
 	f.StringVar(&scrubRate, "scrub-rate", "64M", "most bytes a second a scrub reads (e.g. 64M; 0: no limit)")
-	f.Float64Var(&resyncShare, "resync-share", storage.DefaultResyncShare, "while this server copies a resync, the share of the bytes written here that the copy is guaranteed against clients' writes, which wait for it (0: no pacing)")
+	f.Float64Var(&resyncShare, "resync-share", storage.DefaultResyncShare, "while this server copies a resync, the share of the bytes moved here that the copy is guaranteed against clients' reads and writes, which wait for it (0: no pacing)")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }

@@ -229,7 +229,7 @@ func (r *resyncRun) current() error {
 // copied chunks are made durable on the member in large batches (see
 // syncer), all of them before walk returns, so before OpResyncDone.
 func (r *resyncRun) walk() error {
-	defer r.s.share.begin()() // clients' writes leave the copy its share
+	defer r.s.share.begin()() // clients' I/O leaves the copy its share
 	var (
 		mu       sync.Mutex
 		firstErr error

@@ -53,10 +53,10 @@ type Config struct {
 	ScrubEvery time.Duration
 	// ScrubRate bounds a scrub's reads, in bytes a second (0: no bound).
 	ScrubRate int64
-	// ResyncShare is the share of the bytes written on this server that
-	// a running resync is guaranteed against clients' writes (share.go;
-	// DefaultResyncShare is a half). 0: no pacing, clients and resyncs
-	// compete freely.
+	// ResyncShare is the share of the bytes read and written on this
+	// server that a running resync is guaranteed against clients' I/O
+	// (share.go; the command's default is DefaultResyncShare). 0: no
+	// pacing, clients and resyncs compete freely.
 	ResyncShare float64
 	// Logf receives log lines; default the standard logger.
 	Logf func(format string, args ...any)
@@ -81,7 +81,7 @@ type Service struct {
 
 	cs        chainState
 	resyncs   resyncs
-	share     *resyncShare // paces client writes while resyncs copy
+	share     *resyncShare // paces client I/O while resyncs copy
 	scrubs    scrubs
 	scrubNow  chan struct{} // a scrub asked for (OpScrubStart); buffered, 1
 	leaseWarn sync.Once

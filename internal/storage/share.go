@@ -17,18 +17,18 @@ import (
 // Clients always get a floor of bytes a second on top, so they never
 // stop, even while the resync lists buckets or waits for its member.
 
-// DefaultResyncShare is the share of the written bytes a resync is
-// guaranteed against client writes. Where the disk is the bottleneck a
+// DefaultResyncShare is the share of the bytes moved that a resync is
+// guaranteed against client I/O. Where the disk is the bottleneck a
 // half would give the resync half the disk's bandwidth. But a client's
 // byte costs a server more CPU than a resync's (it goes through the page
 // cache, the copy with O_DIRECT): on the test machine, with a half a
-// resync under full client load copied 180–260 MB/s, and with three
-// quarters 322–470 MB/s, at least the 350 that are half the disk's
-// O_DIRECT bandwidth in four runs of five (docs/ha.md, "Resync share").
+// resync under a client writing flat out copied 177–262 MB/s, and with
+// three quarters 322–508 MB/s, at least the 350 that are half the disk's
+// O_DIRECT bandwidth in seven runs of nine (docs/ha.md, "Resync share").
 const DefaultResyncShare = 0.75
 
-// resyncClientFloor is what clients may always write, in bytes a second,
-// while a resync runs.
+// resyncClientFloor is what clients may always read and write, in bytes
+// a second, while a resync runs.
 const resyncClientFloor = 16 << 20
 
 // resyncClientBurst is the most client credit that may build up: a write
@@ -36,10 +36,10 @@ const resyncClientFloor = 16 << 20
 // idle for a while do not then take the resync's share all at once.
 const resyncClientBurst = 4 << 20
 
-// resyncShare admits client writes against the resync copies of this
-// server (see above). newResyncShare(0) admits everything.
+// resyncShare admits client reads and writes against the resync copies
+// of this server (see above). newResyncShare(0) admits everything.
 type resyncShare struct {
-	share float64 // of the bytes written, for the resync; 0 or 1: no pacing
+	share float64 // of the bytes moved, for the resync; 0 or 1: no pacing
 	floor float64 // bytes a second clients always get
 	now   func() time.Time
 
