@@ -45,11 +45,19 @@ type resyncShare struct {
 
 	mu       sync.Mutex
 	active   int           // resyncs copying
+	gen      uint64        // busy periods so far
 	since    time.Time     // start of the current busy period
 	copied   int64         // by resyncs since then
 	admitted int64         // client bytes since then
-	progress chan struct{} // closed when copied grows or a period ends
+	next     uint64        // the next ticket of this period
+	serving  uint64        // the ticket admitted next
+	progress chan struct{} // closed when copied grows, a ticket is served or a period ends
 }
+
+// A ticket is a client request's place in line: requests are admitted
+// first come, first served, so that a small one (a 4 KiB read) does not
+// lose every race for the allowance to large ones behind it.
+type ticket struct{ gen, n uint64 }
 
 func newResyncShare(share float64) *resyncShare {
 	return &resyncShare{share: share, floor: resyncClientFloor, now: time.Now, progress: make(chan struct{})}
@@ -61,7 +69,9 @@ func (p *resyncShare) begin() (end func()) {
 	defer p.mu.Unlock()
 	if p.active == 0 {
 		// A busy period starts with a burst of credit for the clients.
+		p.gen++
 		p.since, p.copied, p.admitted = p.now(), 0, -resyncClientBurst
+		p.next, p.serving = 0, 0
 	}
 	p.active++
 	var once sync.Once
@@ -89,11 +99,16 @@ func (p *resyncShare) wake() {
 	p.progress = make(chan struct{})
 }
 
-// pace waits until a client write of n bytes fits in the clients'
-// allowance, and counts it. It returns at once when no resync runs.
+// pace waits until a client request of n bytes fits in the clients'
+// allowance, after the requests that came before it, and counts it. It
+// returns at once when no resync runs.
 func (p *resyncShare) pace(n int) {
+	tk, paced := p.enqueue()
+	if !paced {
+		return
+	}
 	for {
-		ok, wait, progress := p.tryAdmit(n)
+		ok, wait, progress := p.tryAdmit(tk, n)
 		if ok {
 			return
 		}
@@ -106,13 +121,32 @@ func (p *resyncShare) pace(n int) {
 	}
 }
 
-// tryAdmit admits n bytes if they fit, or says how long the floor alone
-// takes to make room for them, and what to watch for an earlier chance.
-func (p *resyncShare) tryAdmit(n int) (ok bool, wait time.Duration, progress <-chan struct{}) {
+// enqueue gives a request its ticket, if requests are paced now.
+func (p *resyncShare) enqueue() (tk ticket, paced bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.active == 0 || p.share <= 0 || p.share >= 1 {
-		return true, 0, nil
+	if !p.pacing() {
+		return ticket{}, false
+	}
+	tk = ticket{p.gen, p.next}
+	p.next++
+	return tk, true
+}
+
+func (p *resyncShare) pacing() bool { return p.active > 0 && p.share > 0 && p.share < 1 }
+
+// tryAdmit admits the request of ticket tk for n bytes if it is first in
+// line and fits, or says how long to wait at most (for a request first in
+// line, the time the floor alone takes to make room) and what to watch
+// for an earlier chance.
+func (p *resyncShare) tryAdmit(tk ticket, n int) (ok bool, wait time.Duration, progress <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.pacing() || tk.gen != p.gen {
+		return true, 0, nil // the busy period it waited in is over
+	}
+	if tk.n != p.serving {
+		return false, time.Minute, p.progress // woken when the line moves
 	}
 	a := p.allowance(p.now().Sub(p.since))
 	// Credit left unused beyond a burst lapses: clients idle for a while
@@ -121,6 +155,8 @@ func (p *resyncShare) tryAdmit(n int) (ok bool, wait time.Duration, progress <-c
 	over := p.admitted + int64(n) - a
 	if over <= 0 {
 		p.admitted += int64(n)
+		p.serving++
+		p.wake()
 		return true, 0, nil
 	}
 	return false, time.Duration(float64(over) / p.floor * float64(time.Second)), p.progress

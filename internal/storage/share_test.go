@@ -14,11 +14,33 @@ func shareAt(s float64, now *time.Time) *resyncShare {
 
 const mib = 1 << 20
 
+// lineClient is a client whose request keeps its place in the share's
+// line across tries, as pace does.
+type lineClient struct {
+	p      *resyncShare
+	tk     ticket
+	queued bool
+}
+
+// try tries the client's request of n bytes once.
+func (c *lineClient) try(n int) (ok bool, wait time.Duration, progress <-chan struct{}) {
+	if !c.queued {
+		var paced bool
+		if c.tk, paced = c.p.enqueue(); !paced {
+			return true, 0, nil
+		}
+		c.queued = true
+	}
+	ok, wait, progress = c.p.tryAdmit(c.tk, n)
+	c.queued = !ok
+	return ok, wait, progress
+}
+
 func TestClientWritesPassFreelyWithoutAResync(t *testing.T) {
 	now := time.Unix(1000, 0)
-	p := shareAt(0.5, &now)
+	c := &lineClient{p: shareAt(0.5, &now)}
 	for range 1000 {
-		if ok, wait, _ := p.tryAdmit(4 * mib); !ok {
+		if ok, wait, _ := c.try(4 * mib); !ok {
 			t.Fatalf("a client write waited %v with no resync running", wait)
 		}
 	}
@@ -31,10 +53,11 @@ func clientBytesDuring(t *testing.T, s float64, copies int) int {
 	now := time.Unix(1000, 0)
 	p := shareAt(s, &now)
 	defer p.begin()()
+	c := &lineClient{p: p}
 	written := 0
 	write := func() {
 		for {
-			if ok, _, _ := p.tryAdmit(64 << 10); !ok {
+			if ok, _, _ := c.try(64 << 10); !ok {
 				return
 			}
 			written += 64 << 10
@@ -66,20 +89,23 @@ func TestClientWritesKeepToTheirShareOfAResync(t *testing.T) {
 }
 
 // spentShare returns a share of 0.5 in a busy period whose clients have
-// used up their burst, and the share's clock.
-func spentShare(t *testing.T) (*resyncShare, *time.Time) {
+// used up their burst, a client, and the share's clock.
+func spentShare(t *testing.T) (*resyncShare, *lineClient, *time.Time) {
 	now := time.Unix(1000, 0)
 	p := shareAt(0.5, &now)
 	t.Cleanup(p.begin())
+	c := &lineClient{p: p}
 	for range resyncClientBurst / mib {
-		p.tryAdmit(mib)
+		if ok, _, _ := c.try(mib); !ok {
+			t.Fatal("a write within the burst waited")
+		}
 	}
-	return p, &now
+	return p, c, &now
 }
 
 func TestCopyingWakesWaitingWrites(t *testing.T) {
-	p, _ := spentShare(t)
-	ok, _, progress := p.tryAdmit(mib)
+	p, c, _ := spentShare(t)
+	ok, _, progress := c.try(mib)
 	if ok || progress == nil {
 		t.Fatal("a write past the burst passed although the resync copied nothing")
 	}
@@ -89,23 +115,54 @@ func TestCopyingWakesWaitingWrites(t *testing.T) {
 	default:
 		t.Fatal("copying did not wake the waiting writes")
 	}
-	if ok, wait, _ := p.tryAdmit(mib); !ok {
+	if ok, wait, _ := c.try(mib); !ok {
 		t.Fatalf("a write the copy made room for waits %v", wait)
 	}
 }
 
 func TestClientsAlwaysGetTheFloor(t *testing.T) {
-	p, now := spentShare(t)
+	_, c, now := spentShare(t)
 	// The resync copies nothing (it lists, or its member is slow): a
 	// write waits for the floor alone, and then passes.
-	_, wait, _ := p.tryAdmit(mib)
+	_, wait, _ := c.try(mib)
 	want := time.Duration(float64(mib) / resyncClientFloor * float64(time.Second))
 	if wait != want {
 		t.Fatalf("a write waits %v for the floor, want %v", wait, want)
 	}
 	*now = now.Add(wait)
-	if ok, wait, _ := p.tryAdmit(mib); !ok {
+	if ok, wait, _ := c.try(mib); !ok {
 		t.Fatalf("after the floor's time the write still waits %v", wait)
+	}
+}
+
+func TestRequestsAreAdmittedInTheOrderTheyCame(t *testing.T) {
+	p, big, now := spentShare(t)
+	small := &lineClient{p: p}
+	if ok, _, _ := big.try(4 * mib); ok {
+		t.Fatal("a 4 MiB write past the burst passed")
+	}
+	// The resync makes room for 1 MiB: enough for a small read, but the
+	// big write came first.
+	p.copiedBytes(mib)
+	ok, wait, progress := small.try(4 << 10)
+	if ok {
+		t.Fatal("a small read overtook the write that came before it")
+	}
+	if progress == nil || wait < time.Second {
+		t.Fatalf("a request behind another waits %v for its turn, want to be woken when the line moves", wait)
+	}
+	*now = now.Add(3 * mib * time.Second / resyncClientFloor) // the floor makes room for the rest
+	if ok, _, _ := big.try(4 * mib); !ok {
+		t.Fatal("the first write in line still waits")
+	}
+	select {
+	case <-progress:
+	default:
+		t.Fatal("serving the first request did not wake the next")
+	}
+	*now = now.Add(time.Second)
+	if ok, wait, _ := small.try(4 << 10); !ok {
+		t.Fatalf("the read next in line waits %v", wait)
 	}
 }
 
@@ -115,9 +172,10 @@ func TestUnusedClientCreditLapses(t *testing.T) {
 	defer p.begin()()
 	p.copiedBytes(1 << 30)   // a GiB copied while clients were idle
 	now = now.Add(time.Hour) // and an hour of floor
+	c := &lineClient{p: p}
 	admitted := 0
 	for {
-		if ok, _, _ := p.tryAdmit(mib); !ok {
+		if ok, _, _ := c.try(mib); !ok {
 			break
 		}
 		admitted += mib
@@ -157,8 +215,9 @@ func TestShareZeroDoesNotPace(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := shareAt(0, &now)
 	defer p.begin()()
+	c := &lineClient{p: p}
 	for range 100 {
-		if ok, wait, _ := p.tryAdmit(4 * mib); !ok {
+		if ok, wait, _ := c.try(4 * mib); !ok {
 			t.Fatalf("share 0 paced a write: %v", wait)
 		}
 	}
