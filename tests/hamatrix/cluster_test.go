@@ -299,6 +299,7 @@ func (c *cluster) startStorage(host string) {
 	if c.faults {
 		args = append(args, "--fault-file", c.faultFile(host))
 	}
+	args = append(args, strings.Fields(os.Getenv("HA_MATRIX_STORAGE_FLAGS"))...)
 	c.start("storage", host, args...)
 }
 

@@ -22,6 +22,8 @@
 // runs all of them with larger streams (`make test-ha`, about 4 minutes);
 // HA_MATRIX=2,4 runs the ones listed. HA_MATRIX_HOLD (e.g. 30s) makes the
 // failures that heal by themselves last longer than the default 10 s.
+// HA_MATRIX_STORAGE_FLAGS (e.g. "--resync-share 0.9") is added to every
+// storage server's command line.
 // HA_MATRIX_REPORT=FILE writes the results as a markdown table (a relative
 // FILE is taken from the repository root). Needs root, /dev/fuse, ip and
 // nsenter; skipped otherwise, and under -short. A failed scenario keeps
