@@ -3,6 +3,7 @@ package storage
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,6 +44,10 @@ type resyncShare struct {
 	floor float64 // bytes a second clients always get
 	now   func() time.Time
 
+	// busy mirrors active != 0, so that every client request of a server
+	// with no resync running passes without taking mu.
+	busy atomic.Bool
+
 	mu       sync.Mutex
 	active   int           // resyncs copying
 	gen      uint64        // busy periods so far
@@ -74,12 +79,14 @@ func (p *resyncShare) begin() (end func()) {
 		p.next, p.serving = 0, 0
 	}
 	p.active++
+	p.busy.Store(true)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if p.active--; p.active == 0 {
+				p.busy.Store(false)
 				p.wake()
 			}
 		})
@@ -103,6 +110,9 @@ func (p *resyncShare) wake() {
 // allowance, after the requests that came before it, and counts it. It
 // returns at once when no resync runs.
 func (p *resyncShare) pace(n int) {
+	if !p.busy.Load() {
+		return
+	}
 	tk, paced := p.enqueue()
 	if !paced {
 		return
