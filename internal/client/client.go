@@ -64,6 +64,7 @@ type Client struct {
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
+	locks   lockBook // owners that may hold file locks (locks.go)
 
 	ns        nsCache       // inodes and entries learnt, kept current by watchLoop
 	metaCalls atomic.Uint64 // calls to the metadata service, watches aside

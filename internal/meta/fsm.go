@@ -26,6 +26,7 @@ const (
 	opFailServer    // the leader found a storage server silent: take it out of its chains
 	opRejoinServer  // a failed server is back: its chain members start to resync
 	opResyncTargets // a restarted server's members resync from their live partners
+	opExpireLocks   // a client session went silent: its file locks go
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -42,6 +43,8 @@ type FSM struct {
 	applied uint64
 	logf    func(format string, args ...any)
 	events  *eventLog // changes for watching clients (leader only)
+
+	lockWake *lockWake // wakes lock requests waiting on the leader
 
 	inlineLimit uint32
 
@@ -64,7 +67,7 @@ func OpenFSM(dir string, logf func(string, ...any)) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening metadata store %s: %w", dir, err)
 	}
-	f := &FSM{db: db, logf: logf}
+	f := &FSM{db: db, logf: logf, lockWake: newLockWake()}
 	if err := f.loadState(); err != nil {
 		db.Close()
 		return nil, err
@@ -99,6 +102,7 @@ func (f *FSM) loadState() error {
 		f.events = newEventLog(f.applied)
 	} else {
 		f.events.restart(f.applied) // a snapshot replaced the state
+		f.lockWake.wake()
 	}
 	v, _, err = get(f.db, keyInlineLimit)
 	if err != nil {
@@ -212,6 +216,13 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.RegisterServerReq
 		r.Decode(d)
 		return decoded(d, func() error { return t.registerServer(&r, out) })
+	case proto.OpSetLock:
+		var r proto.SetLockReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.setLock(&r, out) })
+	case opExpireLocks:
+		session := d.U64()
+		return decoded(d, func() error { return t.expireLocks(session) })
 	case opInitRoot:
 		var r initReq
 		r.Decode(d)

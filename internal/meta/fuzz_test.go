@@ -24,7 +24,7 @@ func FuzzMetaRequest(f *testing.F) {
 	raw := rpc.NewClient(svc.Addr(), testSecret)
 	defer raw.Close()
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		ops := []uint16{proto.OpWatch}
+		ops := []uint16{proto.OpWatch, proto.OpSetLock, proto.OpGetLock}
 		for op := uint16(1); op <= proto.OpSync+1; op++ {
 			ops = append(ops, op)
 		}

@@ -114,6 +114,12 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 			reply.Encode(out)
 			return nil
 		})
+	case proto.OpSetLock:
+		var r proto.SetLockReq
+		return read(d, &r, func() error { return s.setLock(&r, out) })
+	case proto.OpGetLock:
+		var r proto.GetLockReq
+		return read(d, &r, func() error { return s.getLock(&r, out) })
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })

@@ -12,6 +12,7 @@ import (
 //	x<ino><name>     extended attribute value
 //	o<ino>           orphan: unlinked while open; value = session id (8)
 //	g<ino>           garbage: a removed file whose chunks are still on targets; value = chains
+//	l<ino>           the file's locks (locks.go)
 //	cs<id>           storage server (serverRec)
 //	ct<id>           storage target (targetRec)
 //	cc<id>           chain (chainRec)
@@ -22,6 +23,7 @@ const (
 	pXattr   = 'x'
 	pOrphan  = 'o'
 	pGarbage = 'g'
+	pLock    = 'l'
 )
 
 var (

@@ -172,12 +172,13 @@ func Start(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf}
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.leadershipLoop() }()
 	go func() { defer s.wg.Done(); s.failureLoop() }()
 	go func() { defer s.wg.Done(); s.srv.Serve(ln) }()
 	go func() { defer s.wg.Done(); s.gcLoop() }()
 	go func() { defer s.wg.Done(); s.orphanLoop() }()
+	go func() { defer s.wg.Done(); s.lockLoop() }()
 	return s, nil
 }
 

@@ -31,7 +31,8 @@ func allMessages() []func() message {
 		func() message { return &RenameReply{} }, func() message { return &ChunkListReq{} },
 		func() message { return &ChunkListReply{} }, func() message { return &ChunkRepairReq{} }, func() message { return &HeartbeatReply{} },
 		func() message { return &ResyncDoneReq{} }, func() message { return &TargetFailedReq{} },
-		func() message { return &Chain{} },
+		func() message { return &Chain{} }, func() message { return &SetLockReq{} },
+		func() message { return &GetLockReq{} }, func() message { return &LockReply{} },
 	}
 }
 

@@ -30,7 +30,9 @@ const (
 	OpSync       // make every change so far durable on disk (an application's fsync)
 	OpResyncDone // a chain's head finished copying a member: it may serve
 	OpTargetFailed
-	OpWatch // wait for namespace changes after an index (see WatchReq)
+	OpWatch   // wait for namespace changes after an index (see WatchReq)
+	OpSetLock // take or release a file lock (locks.go)
+	OpGetLock // which lock, if any, is in the way of one (F_GETLK)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
