@@ -1,15 +1,43 @@
 package tests
 
 import (
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"tandemfs/internal/testcluster"
 )
 
-// TestMain removes the tandem binary the tests built.
+// TestMain removes the tandem binary the tests built. Run with
+// lockHolderEnv set, the test binary is instead a process that holds a
+// POSIX lock until it is killed (locks_test.go).
 func TestMain(m *testing.M) {
+	if path := os.Getenv(lockHolderEnv); path != "" {
+		holdLock(path)
+	}
 	code := m.Run()
 	testcluster.RemoveBinary()
 	os.Exit(code)
+}
+
+// lockHolderEnv names the file a lock-holding helper process locks.
+const lockHolderEnv = "TANDEM_TEST_HOLD_LOCK"
+
+// holdLock write-locks the whole file, says so on stdout and waits to be
+// killed.
+func holdLock(path string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+		err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, &lk)
+	}
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	time.Sleep(time.Hour)
+	os.Exit(0)
 }

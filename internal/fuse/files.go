@@ -68,9 +68,8 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 // FLUSH round trip to the client (FOPEN_NOFLUSH), which spares every
 // open-read-close (compilers reading headers, the read phase of mdtest) a
 // kernel round trip. Writers' handles keep FLUSH: it commits their writes
-// before close returns (close-to-open). POSIX locks are the kernel's own
-// here (the mount does not take them over), so FLUSH is not needed to
-// release them.
+// before close returns (close-to-open). POSIX locks taken through a
+// read-only open are released with it instead (locks.go).
 func openReplyFlags(flags uint32) uint32 {
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return gofuse.FOPEN_NOFLUSH
@@ -138,12 +137,18 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 	return uint32(n), status(err)
 }
 
+// Flush runs at every close(2) of a writable open: it commits the writes
+// and, as POSIX asks, releases the closing process's locks on the file.
 func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
 	h := fs.file(in.Fh)
 	if h == nil {
 		return gofuse.EBADF
 	}
-	return status(h.Flush())
+	err := h.Flush()
+	if lerr := fs.c.ReleaseLocks(in.NodeId, in.LockOwner, false); err == nil {
+		err = lerr
+	}
+	return status(err)
 }
 
 func (fs *FS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
@@ -159,6 +164,7 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 	h := fs.files[in.Fh]
 	delete(fs.files, in.Fh)
 	fs.mu.Unlock()
+	fs.releaseLocks(in)
 	if h != nil {
 		h.Release()
 	}

@@ -24,17 +24,19 @@ type FS struct {
 
 	kernel *kernelCache // the kernel's timeouts and invalidations
 
-	mu     sync.Mutex
-	nextFh uint64
-	files  map[uint64]*client.Handle
-	dirs   map[uint64]*dirHandle
+	mu      sync.Mutex
+	nextFh  uint64
+	files   map[uint64]*client.Handle
+	dirs    map[uint64]*dirHandle
+	lockers map[uint64]map[uint64]struct{} // open file -> owners of POSIX locks taken through it
 }
 
 // New returns a file system serving c.
 func New(c *client.Client) *FS {
 	return &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c,
 		kernel: newKernelCache(c.Watching),
-		files:  map[uint64]*client.Handle{}, dirs: map[uint64]*dirHandle{}}
+		files:  map[uint64]*client.Handle{}, dirs: map[uint64]*dirHandle{},
+		lockers: map[uint64]map[uint64]struct{}{}}
 }
 
 func (fs *FS) String() string { return "tandem" }

@@ -45,6 +45,9 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// set-user-ID bits instead of asking for security.capability
 		// before every single write (a round trip per write).
 		ExtraCapabilities: gofuse.CAP_HANDLE_KILLPRIV_V2,
+		// fcntl and flock locks are the cluster's, not this kernel's
+		// alone (locks.go).
+		EnableLocks: true,
 	}
 	fs := New(c)
 	srv, err := gofuse.NewServer(fs, dir, opts)
