@@ -146,6 +146,31 @@ func TestFileLocksHoldAcrossClientHosts(t *testing.T) {
 		})
 	})
 
+	t.Run("a signal ends a wait for a lock", func(t *testing.T) {
+		if _, err := exec.LookPath("flock"); err != nil {
+			t.Skip("flock(1) (util-linux) is not installed")
+		}
+		pa, pb := newFile("timeout")
+		fa := openRW(t, pa)
+		if err := unix.Flock(int(fa.Fd()), unix.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+		// flock -w waits in flock(2) until SIGALRM interrupts it.
+		t0 := time.Now()
+		err := exec.Command("flock", "-w", "0.5", pb, "true").Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("flock -w on a file locked by another host: %v, want exit status 1", err)
+		}
+		if d := time.Since(t0); d > 3*time.Second {
+			t.Fatalf("the interrupted wait took %v", d)
+		}
+		fa.Close()
+		eventuallyGranted(t, "flock once the holder closed", func() error {
+			return unix.Flock(int(openRW(t, pb).Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		})
+	})
+
 	t.Run("open file description locks exclude each other on one host", func(t *testing.T) {
 		pa, _ := newFile("ofd")
 		f1, f2 := openRW(t, pa), openRW(t, pa)
