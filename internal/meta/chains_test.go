@@ -3,6 +3,8 @@ package meta
 import (
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"tandemfs/internal/proto"
 )
 
@@ -18,7 +20,7 @@ func registerTargets(t *testing.T, f *FSM, srv uint32, ids ...uint32) []proto.Ch
 	if err := tx.formChains(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.b.Commit(nil); err != nil {
+	if err := tx.b.Commit(pebble.NoSync); err != nil { // the store has no WAL
 		t.Fatal(err)
 	}
 	chains, err := loadChains(f.db)
@@ -95,7 +97,7 @@ func TestTargetsThatAreNotServingAreNoPartners(t *testing.T) {
 	c.States[0] = proto.MemberOffline
 	tx := &tx{f: f, b: f.db.NewIndexedBatch()}
 	tx.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
-	if err := tx.b.Commit(nil); err != nil {
+	if err := tx.b.Commit(pebble.NoSync); err != nil { // the store has no WAL
 		t.Fatal(err)
 	}
 	got := pairs(registerTargets(t, f, 3, 3))

@@ -17,9 +17,15 @@ var (
 	carol = proto.LockOwner{Session: 1, Owner: 11}
 )
 
-func rd(start, end uint64) proto.Lock { return proto.Lock{Start: start, End: end, Type: proto.LockRead} }
-func wr(start, end uint64) proto.Lock { return proto.Lock{Start: start, End: end, Type: proto.LockWrite} }
-func un(start, end uint64) proto.Lock { return proto.Lock{Start: start, End: end, Type: proto.LockUnlock} }
+func rd(start, end uint64) proto.Lock {
+	return proto.Lock{Start: start, End: end, Type: proto.LockRead}
+}
+func wr(start, end uint64) proto.Lock {
+	return proto.Lock{Start: start, End: end, Type: proto.LockWrite}
+}
+func un(start, end uint64) proto.Lock {
+	return proto.Lock{Start: start, End: end, Type: proto.LockUnlock}
+}
 
 // take applies want for owner, failing the test if it conflicts.
 func take(t *testing.T, held []heldLock, owner proto.LockOwner, want proto.Lock) []heldLock {

@@ -87,6 +87,7 @@ func startRaft(cfg RaftConfig, fsm *FSM) (*raftNode, error) {
 		transport.Close()
 		return nil, err
 	}
+	fsm.SetLogSync(store.syncNow)
 	logs, err := raft.NewLogCache(4096, store)
 	if err != nil {
 		return nil, err
