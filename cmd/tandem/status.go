@@ -176,6 +176,8 @@ type statusJSON struct {
 		Inodes      uint64        `json:"inodes_allocated"`
 		InlineLimit uint32        `json:"inline_limit"`
 		Clients     uint32        `json:"clients"`
+		FileLocks   uint32        `json:"file_locks"`
+		LockedFiles uint32        `json:"locked_files"`
 		Replicas    []replicaJSON `json:"replicas"`
 	} `json:"meta"`
 	Servers []serverJSON `json:"servers"`
@@ -239,6 +241,7 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	j.Meta.Replicas = reps
 	j.Meta.Addr, j.Meta.Raft, j.Meta.Applied = st.MetaAddr, st.RaftState, st.RaftIndex
 	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
+	j.Meta.FileLocks, j.Meta.LockedFiles = st.Locks, st.LockedFiles
 	j.Healthy = st.RaftState == "Leader" && len(st.Map.Targets) > 0
 	for _, r := range reps {
 		if r.State != "leader" && r.State != "follower" {
@@ -361,8 +364,8 @@ func printStatus(j *statusJSON) {
 	}
 	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
 		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
-	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes\n",
-		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit)
+	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files\n",
+		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles)
 	if len(j.Meta.Replicas) > 1 {
 		var rs []string
 		for _, r := range j.Meta.Replicas {

@@ -332,6 +332,7 @@ func (s *Service) status(out *wire.Enc) error {
 		Scrubs:        s.live.scrubReports(),
 		PrivateSeenMs: s.live.privateSeen(),
 	}
+	r.Locks, r.LockedFiles = countLocks(s.fsm.db)
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

@@ -332,3 +332,21 @@ func (s *Service) silentLockHolders() []uint64 {
 	}
 	return list
 }
+
+// countLocks counts the locks held and the files they are on (for
+// `tandem status`).
+func countLocks(r reader) (locks, files uint32) {
+	prefix := []byte{pLock}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, 0
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if held, err := decodeLocks(it.Value()); err == nil {
+			locks += uint32(len(held))
+			files++
+		}
+	}
+	return locks, files
+}

@@ -9,6 +9,8 @@ import (
 	"tandemfs/internal/client"
 	"tandemfs/internal/meta"
 	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
 )
 
 // File locks through the metadata service: every client of the cluster
@@ -166,4 +168,22 @@ func TestMalformedLocksAreRefused(t *testing.T) {
 	}
 	_, _, err := c.SetLock(nil, 999999, 1, false, writeLock(), false)
 	wantErrno(t, err, syscall.ENOENT)
+}
+
+func TestStatusCountsTheLocksHeld(t *testing.T) {
+	svc, c := setup(t)
+	f := mk(t, c, proto.RootIno, "f", syscall.S_IFREG|0o644)
+	g := mk(t, c, proto.RootIno, "g", syscall.S_IFREG|0o644)
+	mustLock(t, c, f.Ino, 1, proto.Lock{Start: 0, End: 9, Type: proto.LockRead})
+	mustLock(t, c, f.Ino, 2, proto.Lock{Start: 0, End: 9, Type: proto.LockRead})
+	mustLock(t, c, g.Ino, 1, writeLock())
+	raw := rpc.NewClient(svc.Addr(), testSecret)
+	defer raw.Close()
+	var st proto.StatusReply
+	if err := raw.Call(proto.OpStatus, nil, func(d *wire.Dec) error { st.Decode(d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st.Locks != 3 || st.LockedFiles != 2 {
+		t.Fatalf("status counts %d locks on %d files, want 3 on 2", st.Locks, st.LockedFiles)
+	}
 }

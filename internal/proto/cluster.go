@@ -477,6 +477,8 @@ type StatusReply struct {
 	// PrivateSeenMs is, per server ID, the last heartbeat over the
 	// private network (unix ms); absent for servers without one.
 	PrivateSeenMs map[uint32]int64
+	// Locks counts the file locks held, on LockedFiles files.
+	Locks, LockedFiles uint32
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -505,6 +507,8 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 		e.I64(r.PrivateSeenMs[id])
 	}
 	encodeScrubs(e, r.Scrubs)
+	e.U32(r.Locks)
+	e.U32(r.LockedFiles)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -531,6 +535,7 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 		r.PrivateSeenMs[id] = d.I64()
 	}
 	r.Scrubs = decodeScrubs(d)
+	r.Locks, r.LockedFiles = d.U32(), d.U32()
 }
 
 // Capacity sums the space of targets, counting a file system shared by
