@@ -336,6 +336,45 @@ func TestPOSIX(t *testing.T) {
 		}
 	})
 
+	t.Run("a sparse file's blocks count the bytes written, not the holes", func(t *testing.T) {
+		d := dir(t)
+		p := filepath.Join(d, "sparse")
+		blocks := func() int64 {
+			t.Helper()
+			var st syscall.Stat_t
+			if err := syscall.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			return st.Blocks
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if b := blocks(); b != 0 {
+			t.Fatalf("a 64 MiB file made by truncate uses %d blocks, want 0", b)
+		}
+		if _, err := f.WriteAt(randBytes(4096), 8<<20); err != nil {
+			t.Fatal(err)
+		}
+		if b := blocks(); b != 8 {
+			t.Fatalf("after writing 4 KiB while open: %d blocks, want 8", b)
+		}
+		f.Close()
+		if b := blocks(); b != 8 {
+			t.Fatalf("after writing 4 KiB and closing: %d blocks, want 8", b)
+		}
+		if err := os.Truncate(p, 2048); err != nil {
+			t.Fatal(err)
+		}
+		if b := blocks(); b != 4 {
+			t.Fatalf("cut to 2 KiB: %d blocks, want 4", b)
+		}
+	})
+
 	t.Run("stat shows size, nlink, blocks and moving times", func(t *testing.T) {
 		d := dir(t)
 		p := filepath.Join(d, "f")

@@ -21,7 +21,8 @@ type fileState struct {
 	inode   proto.Inode
 	size    uint64
 	mtime   int64
-	dirty   bool // size/mtime not yet committed
+	dirty   bool   // size/mtime not yet committed
+	wrote   uint64 // bytes written to chains since the last commit
 	opens   int
 	orphan  bool // unlinked while open: release it on last close
 	written map[chunkKey]struct{}
@@ -125,6 +126,7 @@ func (c *Client) overlay(n *proto.Inode) {
 		if st.mtime > n.Mtime {
 			n.Mtime, n.Ctime = st.mtime, st.mtime
 		}
+		n.Written = min(n.Written+st.wrote, n.Size)
 	}
 	st.mu.Unlock()
 }
@@ -251,6 +253,7 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 	}
 	st.mtime = time.Now().UnixNano()
 	st.dirty = true
+	st.wrote += uint64(len(data))
 	st.mu.Unlock()
 	if h.sync {
 		// O_SYNC/O_DSYNC: the new size must be as durable as the data
@@ -353,13 +356,14 @@ func (c *Client) commit(st *fileState) error {
 	if !st.dirty {
 		return nil
 	}
-	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime}
+	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
 	if err != nil {
 		return err
 	}
 	st.inode = *n
 	st.dirty = false
+	st.wrote = 0
 	return nil
 }
 

@@ -51,7 +51,7 @@ func status(err error) gofuse.Status {
 func fillAttr(n *proto.Inode, a *gofuse.Attr) {
 	a.Ino = n.Ino
 	a.Size = n.Size
-	a.Blocks = (n.Size + 511) / 512
+	a.Blocks = n.Blocks()
 	a.Mode = n.Mode
 	a.Nlink = n.Nlink
 	a.Owner = gofuse.Owner{Uid: n.Uid, Gid: n.Gid}

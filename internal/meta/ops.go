@@ -397,11 +397,13 @@ func (t *tx) resize(n *inodeRec, size uint64) error {
 			}
 			n.Inline = false
 			n.InlineData = nil
+			n.Written = 0
 		} else {
 			return rpc.Errorf(syscall.EFBIG, "inline file %d must be moved to targets before growing past %d bytes", n.Ino, t.f.inlineLimit)
 		}
 	}
 	n.Size = size
+	n.Written = min(n.Written, size)
 	return nil
 }
 
@@ -473,6 +475,7 @@ func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
 	if !r.AssignOnly {
 		n.Inline = false
 		n.InlineData = nil
+		n.Written = n.Size // the client wrote the inline bytes to the chains
 	}
 	t.putInode(n)
 	n.Inode.Encode(out)
@@ -490,6 +493,7 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 	if r.Size > n.Size {
 		n.Size = r.Size
 	}
+	n.Written = min(n.Written+r.Written, n.Size)
 	if r.Mtime > 0 {
 		n.Mtime, n.Ctime = r.Mtime, r.Mtime
 	}

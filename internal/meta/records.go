@@ -9,7 +9,8 @@ import (
 
 const (
 	recordVersion1 = 1 // inode without Version
-	recordVersion  = 2
+	recordVersion2 = 2 // inode without Written
+	recordVersion  = 3
 )
 
 // inodeRec is an inode as stored: what clients see plus the parent of a
@@ -25,14 +26,16 @@ func (r *inodeRec) marshal() []byte {
 	e.U64(r.Version)
 	r.Inode.EncodeBody(e)
 	e.U64(r.Parent)
+	e.U64(r.Written)
 	return e.B
 }
 
 func unmarshalInode(b []byte) (*inodeRec, error) {
 	d := wire.NewDec(b)
 	r := &inodeRec{}
-	switch v := d.U8(); v {
-	case recordVersion:
+	v := d.U8()
+	switch v {
+	case recordVersion, recordVersion2:
 		r.Version = d.U64()
 	case recordVersion1: // written before inodes had versions
 	default:
@@ -40,6 +43,11 @@ func unmarshalInode(b []byte) (*inodeRec, error) {
 	}
 	r.Inode.DecodeBody(d)
 	r.Parent = d.U64()
+	if v == recordVersion {
+		r.Written = d.U64()
+	} else {
+		r.Written = r.Size // older records: count the file as written whole
+	}
 	return r, d.Finish()
 }
 

@@ -30,3 +30,27 @@ func TestInodeRecordsOfVersion1StillLoad(t *testing.T) {
 		t.Fatalf("a record written now: %+v, %v", again, err)
 	}
 }
+
+// Records written before Written existed count their files as written
+// whole: the disk usage they showed before.
+func TestInodeRecordsOfVersion2CountTheirFilesWritten(t *testing.T) {
+	var n proto.Inode
+	n.Ino, n.Size, n.Mode, n.Chains = 42, 3<<20, sIFREG|0o644, []uint32{1}
+	e := wire.NewEnc(nil)
+	e.U8(recordVersion2)
+	e.U64(5) // version
+	n.EncodeBody(e)
+	e.U64(7) // parent
+	r, err := unmarshalInode(e.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Written != 3<<20 || r.Version != 5 || r.Blocks() != 6144 {
+		t.Fatalf("decoded written %d, version %d, blocks %d", r.Written, r.Version, r.Blocks())
+	}
+	r.Written = 4096
+	again, err := unmarshalInode(r.marshal())
+	if err != nil || again.Written != 4096 || again.Blocks() != 8 {
+		t.Fatalf("a record written now: %+v, %v", again, err)
+	}
+}

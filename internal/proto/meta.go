@@ -398,14 +398,25 @@ func (r *UninlineReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.AssignOnly = d.Bo
 
 // CommitWriteReq records that data up to Size was written to targets at
 // time Mtime: the file grows to Size if smaller, and mtime/ctime move.
+// Written is how many bytes the client wrote since its last commit (see
+// Inode.Written).
 type CommitWriteReq struct {
-	Ino   uint64
-	Size  uint64
-	Mtime int64
+	Ino     uint64
+	Size    uint64
+	Mtime   int64
+	Written uint64
 }
 
-func (r *CommitWriteReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.U64(r.Size); e.I64(r.Mtime) }
-func (r *CommitWriteReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Size = d.U64(); r.Mtime = d.I64() }
+func (r *CommitWriteReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.U64(r.Size)
+	e.I64(r.Mtime)
+	e.U64(r.Written)
+}
+
+func (r *CommitWriteReq) Decode(d *wire.Dec) {
+	r.Ino, r.Size, r.Mtime, r.Written = d.U64(), d.U64(), d.I64(), d.U64()
+}
 
 // Xattr flags, as in setxattr(2).
 const (

@@ -99,20 +99,38 @@ type Inode struct {
 	// Version is the metadata log index of the inode's last change: a
 	// client cache holding an older version is out of date (see WatchReq).
 	Version uint64
+	// Written bounds the bytes of a regular file's data on its chains:
+	// every byte written counts (a rewrite again), never more than the
+	// size, and a truncate below it lowers it. Holes never count, so a
+	// sparse file shows the blocks it uses (Blocks).
+	Written uint64
+}
+
+// Blocks is the file's disk usage in 512-byte blocks, as stat reports
+// it: a file on targets counts the bytes written (Written), one inline
+// in the metadata its size.
+func (n *Inode) Blocks() uint64 {
+	used := n.Size
+	if !n.Inline && n.Mode&0o170000 == 0o100000 && n.Written < used {
+		used = n.Written
+	}
+	return (used + 511) / 512
 }
 
 func (n *Inode) Encode(e *wire.Enc) {
 	n.EncodeBody(e)
 	e.U64(n.Version)
+	e.U64(n.Written)
 }
 
 func (n *Inode) Decode(d *wire.Dec) {
 	n.DecodeBody(d)
 	n.Version = d.U64()
+	n.Written = d.U64()
 }
 
-// EncodeBody encodes every field but Version (which the metadata store
-// keeps apart, in front of the body, in its inode records).
+// EncodeBody encodes every field but Version and Written (which the
+// metadata store keeps apart from the body in its inode records).
 func (n *Inode) EncodeBody(e *wire.Enc) {
 	n.Attr.Encode(e)
 	n.Stripe.Encode(e)
