@@ -25,7 +25,7 @@ func TestKillSuidGidFollowsPOSIX(t *testing.T) {
 
 func TestAttributesCarryNanosecondsAndBlocks(t *testing.T) {
 	n := &proto.Inode{Attr: proto.Attr{Ino: 9, Mode: syscall.S_IFREG | 0o600, Nlink: 1, Size: 1000,
-		Mtime: 1_700_000_000_123_456_789}, Stripe: proto.Stripe{ChunkSize: 4 << 20}}
+		Mtime: 1_700_000_000_123_456_789}, Stripe: proto.Stripe{ChunkSize: 4 << 20}, Written: 1000}
 	var a gofuse.Attr
 	fillAttr(n, &a)
 	if a.Mtime != 1_700_000_000 || a.Mtimensec != 123_456_789 {
@@ -33,6 +33,14 @@ func TestAttributesCarryNanosecondsAndBlocks(t *testing.T) {
 	}
 	if a.Blocks != 2 || a.Blksize != 1<<20 {
 		t.Fatalf("blocks %d blksize %d: want 2 and 1 MiB", a.Blocks, a.Blksize)
+	}
+	n.Written = 0 // a hole of 1000 bytes
+	if fillAttr(n, &a); a.Blocks != 0 {
+		t.Fatalf("a file of holes uses %d blocks, want 0", a.Blocks)
+	}
+	n.Inline = true // its bytes live in the inode
+	if fillAttr(n, &a); a.Blocks != 2 {
+		t.Fatalf("an inline file of 1000 bytes uses %d blocks, want 2", a.Blocks)
 	}
 }
 
