@@ -123,10 +123,22 @@ func serverAddrOfTarget(m *proto.ClusterMap, tid uint32) string {
 // the release).
 func (s *Service) orphanLoop() { s.every(s.cfg.SessionTimeout/4, s.sweepOrphans) }
 
+// judgingSessions reports whether this replica may judge client sessions
+// silent: sessions are known to the leader only, so it gives clients time
+// to reach a new (or restarted) leader first.
+func (s *Service) judgingSessions() bool {
+	return s.serving.Load() && time.Since(time.Unix(0, s.leaderSince.Load())) >= s.cfg.SessionTimeout
+}
+
+// sessionSilent reports whether client session id was not heard from
+// within the session timeout.
+func (s *Service) sessionSilent(id uint64) bool {
+	seen, known := s.sessions.lastSeen(id)
+	return !known || time.Since(seen) > s.cfg.SessionTimeout
+}
+
 func (s *Service) sweepOrphans() {
-	// Sessions are known to the leader only: give clients time to reach
-	// a new (or restarted) leader before judging them silent.
-	if !s.serving.Load() || time.Since(time.Unix(0, s.leaderSince.Load())) < s.cfg.SessionTimeout {
+	if !s.judgingSessions() {
 		return
 	}
 	prefix := []byte{pOrphan}
@@ -136,8 +148,7 @@ func (s *Service) sweepOrphans() {
 		return
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		seen, known := s.sessions.lastSeen(decodeU64(it.Value()))
-		if !known || time.Since(seen) > s.cfg.SessionTimeout {
+		if s.sessionSilent(decodeU64(it.Value())) {
 			expired = append(expired, decodeU64(it.Key()[1:]))
 		}
 	}

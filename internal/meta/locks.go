@@ -185,24 +185,35 @@ func (t *tx) setLock(r *proto.SetLockReq, out *wire.Enc) error {
 	return nil
 }
 
-// expireLocks drops every lock of a client session that went silent.
-func (t *tx) expireLocks(session uint64) error {
+// eachFileLocks calls fn with every file's locks (err: the record does not
+// decode) until fn returns an error, which it returns.
+func eachFileLocks(r reader, fn func(ino uint64, held []heldLock, err error) error) error {
 	prefix := []byte{pLock}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		held, err := decodeLocks(it.Value())
+		if err := fn(decodeU64(it.Key()[1:]), held, err); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// expireLocks drops every lock of a client session that went silent.
+func (t *tx) expireLocks(session uint64) error {
+	return eachFileLocks(t.b, func(ino uint64, held []heldLock, err error) error {
 		if err != nil {
 			return err
 		}
 		if kept := dropSession(held, session); len(kept) != len(held) {
-			t.putLocks(decodeU64(it.Key()[1:]), kept)
+			t.putLocks(ino, kept)
 		}
-	}
-	return it.Error()
+		return nil
+	})
 }
 
 // lockWake tells the leader's waiting lock requests that some file's
@@ -291,8 +302,7 @@ func (s *Service) getLock(r *proto.GetLockReq, out *wire.Enc) error {
 func (s *Service) lockLoop() { s.every(s.cfg.SessionTimeout/4, s.sweepLocks) }
 
 func (s *Service) sweepLocks() {
-	// As for orphans: sessions are known to the leader only.
-	if !s.serving.Load() || time.Since(time.Unix(0, s.leaderSince.Load())) < s.cfg.SessionTimeout {
+	if !s.judgingSessions() {
 		return
 	}
 	for _, session := range s.silentLockHolders() {
@@ -306,47 +316,32 @@ func (s *Service) sweepLocks() {
 // silentLockHolders lists the sessions holding locks that were not heard
 // from within the session timeout.
 func (s *Service) silentLockHolders() []uint64 {
-	prefix := []byte{pLock}
-	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return nil
-	}
-	defer it.Close()
 	silent := map[uint64]bool{}
 	var list []uint64
-	for ok := it.First(); ok; ok = it.Next() {
-		held, err := decodeLocks(it.Value())
+	eachFileLocks(s.fsm.db, func(_ uint64, held []heldLock, err error) error {
 		if err != nil {
-			continue
+			return nil // a record that does not decode: skip it
 		}
 		for _, h := range held {
-			if silent[h.Session] {
-				continue
-			}
-			seen, known := s.sessions.lastSeen(h.Session)
-			if !known || time.Since(seen) > s.cfg.SessionTimeout {
+			if !silent[h.Session] && s.sessionSilent(h.Session) {
 				silent[h.Session] = true
 				list = append(list, h.Session)
 			}
 		}
-	}
+		return nil
+	})
 	return list
 }
 
 // countLocks counts the locks held and the files they are on (for
 // `tandem status`).
 func countLocks(r reader) (locks, files uint32) {
-	prefix := []byte{pLock}
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return 0, 0
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		if held, err := decodeLocks(it.Value()); err == nil {
+	eachFileLocks(r, func(_ uint64, held []heldLock, err error) error {
+		if err == nil {
 			locks += uint32(len(held))
 			files++
 		}
-	}
+		return nil
+	})
 	return locks, files
 }
