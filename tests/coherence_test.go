@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -128,5 +129,42 @@ func TestChangesThroughOneMountShowThroughAnotherAtOnce(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(a, "h")); err != nil {
 		t.Fatalf("a file just created through the other mount: %v", err)
+	}
+}
+
+// A mount answers "no such name" itself in a directory it holds a lease
+// on (one it made, or one it found names missing in twice), yet a name
+// made through another mount is found the moment the other mount's call
+// returns: the change is answered only once the lease holder let go.
+func TestANameMadeThroughAnotherMountIsFoundDespiteLeases(t *testing.T) {
+	c := testcluster.Start(t)
+	a := c.Mount()
+	b := secondMount(t, c)
+	time.Sleep(300 * time.Millisecond) // both watches live
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("d%d", i)
+		if i%2 == 0 {
+			// Made through a: a holds a lease on it from the start.
+			if err := os.Mkdir(filepath.Join(a, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// Made through b: a asks for a lease after two misses.
+			if err := os.Mkdir(filepath.Join(b, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, missing := range []string{"p", "q", "x"} {
+			if _, err := os.Stat(filepath.Join(a, name, missing)); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("%s/%s before it exists: %v", name, missing, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // a lease asked for is granted
+		if err := os.WriteFile(filepath.Join(b, name, "x"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(a, name, "x")); err != nil {
+			t.Fatalf("%s/x just made through the other mount: %v", name, err)
+		}
 	}
 }

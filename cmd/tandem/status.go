@@ -178,6 +178,8 @@ type statusJSON struct {
 		Clients     uint32        `json:"clients"`
 		FileLocks   uint32        `json:"file_locks"`
 		LockedFiles uint32        `json:"locked_files"`
+		DirLeases   uint32        `json:"dir_leases"`
+		LeasedDirs  uint32        `json:"leased_dirs"`
 		Replicas    []replicaJSON `json:"replicas"`
 	} `json:"meta"`
 	Servers []serverJSON `json:"servers"`
@@ -242,6 +244,7 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	j.Meta.Addr, j.Meta.Raft, j.Meta.Applied = st.MetaAddr, st.RaftState, st.RaftIndex
 	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
 	j.Meta.FileLocks, j.Meta.LockedFiles = st.Locks, st.LockedFiles
+	j.Meta.DirLeases, j.Meta.LeasedDirs = st.DirLeases, st.LeasedDirs
 	j.Healthy = st.RaftState == "Leader" && len(st.Map.Targets) > 0
 	for _, r := range reps {
 		if r.State != "leader" && r.State != "follower" {
@@ -364,8 +367,8 @@ func printStatus(j *statusJSON) {
 	}
 	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
 		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
-	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files\n",
-		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles)
+	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files  directory leases %d on %d directories\n",
+		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles, j.Meta.DirLeases, j.Meta.LeasedDirs)
 	if len(j.Meta.Replicas) > 1 {
 		var rs []string
 		for _, r := range j.Meta.Replicas {

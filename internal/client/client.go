@@ -67,6 +67,7 @@ type Client struct {
 	locks   lockBook // owners that may hold file locks (locks.go)
 
 	ns        nsCache       // inodes and entries learnt, kept current by watchLoop
+	leases    *leaseTable   // directories this client knows every name of (leases.go)
 	metaCalls atomic.Uint64 // calls to the metadata service, watches aside
 	inv       atomic.Pointer[Invalidator]
 
@@ -89,6 +90,7 @@ func New(cfg Config) (*Client, error) {
 		session: binary.LittleEndian.Uint64(sid[:]) | 1,
 		storage: map[string]*rpc.Client{},
 		files:   map[uint64]*fileState{},
+		leases:  newLeaseTable(),
 		stop:    make(chan struct{}),
 	}
 	for _, addr := range strings.Split(cfg.MetaAddr, ",") {

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"syscall"
+	"time"
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -23,12 +24,16 @@ func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
 			return &n, nil
 		}
 	}
+	if c.leases.absent(parent, name, time.Now()) && c.ns.watching() {
+		return nil, syscall.ENOENT
+	}
 	wm := c.ns.watermark()
 	r := proto.LookupReq{Parent: parent, Name: name}
 	var n proto.Inode
 	if err := c.metaCall(proto.OpLookup, r.Encode, decodeInode(&n)); err != nil {
 		if errnoOf(err) == syscall.ENOENT {
 			c.ns.dropDent(parent, name)
+			c.missed(parent)
 		}
 		return nil, err
 	}
@@ -63,14 +68,30 @@ func (c *Client) FreshAttr(ino uint64) (*proto.Inode, error) {
 // new version).
 func (c *Client) entryCall(op uint16, parent uint64, name string, enc func(*wire.Enc)) (*proto.Inode, error) {
 	var r proto.EntryReply
+	var flags uint8
 	wm := c.ns.watermark()
-	if err := c.metaCall(op, enc, func(d *wire.Dec) error { r.Decode(d); return nil }); err != nil {
+	sent := time.Now()
+	if err := c.metaCall(op, enc, func(d *wire.Dec) error { r.Decode(d); flags = leaseFlags(d); return nil }); err != nil {
+		c.leases.drop(parent)
 		return nil, err
 	}
 	c.ns.putInode(&r.Inode, wm)
 	c.ns.putInode(&r.Parent, wm)
 	c.ns.putDent(parent, name, r.Inode.Ino, r.Parent.Version, wm)
+	c.leases.own(parent, ownChange{r.Parent.Version, name, true}, flags&proto.LeaseExtended != 0, sent)
+	if flags&proto.LeaseNewDir != 0 {
+		c.leases.newDir(r.Inode.Ino, r.Inode.Version, sent)
+	}
 	return &r.Inode, nil
+}
+
+// leaseFlags reads the proto.Lease* flags that end replies to changes of
+// directory entries.
+func leaseFlags(d *wire.Dec) uint8 {
+	if len(d.Rest()) == 0 {
+		return 0
+	}
+	return d.U8()
 }
 
 // Create makes a new file, directory, symlink or special file.
@@ -81,6 +102,7 @@ func (c *Client) Create(r *proto.CreateReq) (*proto.Inode, error) {
 	if len(r.Target) > proto.MaxSymlink {
 		return nil, syscall.ENAMETOOLONG
 	}
+	r.Session = c.session
 	return c.entryCall(proto.OpCreate, r.Parent, r.Name, r.Encode)
 }
 
@@ -89,7 +111,7 @@ func (c *Client) Link(ino, newParent uint64, newName string) (*proto.Inode, erro
 	if len(newName) > proto.MaxName {
 		return nil, syscall.ENAMETOOLONG
 	}
-	r := proto.LinkReq{Ino: ino, NewParent: newParent, NewName: newName}
+	r := proto.LinkReq{Ino: ino, NewParent: newParent, NewName: newName, Session: c.session}
 	return c.entryCall(proto.OpLink, newParent, newName, r.Encode)
 }
 
@@ -109,13 +131,17 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	}
 	r := proto.UnlinkReq{Parent: parent, Name: name, Dir: dir, Open: open, Session: c.session}
 	var reply proto.UnlinkReply
+	var flags uint8
 	wm := c.ns.watermark()
-	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	sent := time.Now()
+	err := c.metaCall(proto.OpUnlink, r.Encode, func(d *wire.Dec) error { reply.Decode(d); flags = leaseFlags(d); return nil })
 	if err != nil {
 		c.ns.dropDent(parent, name)
+		c.leases.drop(parent)
 	} else {
 		c.ns.removed(parent, name, reply.Ino, reply.Parent.Version)
 		c.ns.putInode(&reply.Parent, wm)
+		c.leases.own(parent, ownChange{reply.Parent.Version, name, false}, flags&proto.LeaseExtended != 0, sent)
 	}
 	if err == nil && open && !reply.Removed {
 		c.markOrphan(reply.Ino)
@@ -137,12 +163,21 @@ func (c *Client) Rename(oldParent uint64, oldName string, newParent uint64, newN
 	r := proto.RenameReq{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName,
 		Flags: flags, Open: replacedOpen != 0, Session: c.session}
 	var reply proto.RenameReply
+	var lease uint8
 	wm := c.ns.watermark()
-	err := c.metaCall(proto.OpRename, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	sent := time.Now()
+	err := c.metaCall(proto.OpRename, r.Encode, func(d *wire.Dec) error { reply.Decode(d); lease = leaseFlags(d); return nil })
 	if err != nil {
 		c.ns.dropDent(oldParent, oldName)
 		c.ns.dropDent(newParent, newName)
+		c.leases.drop(oldParent)
+		c.leases.drop(newParent)
 	} else {
+		if flags&proto.RenameExchange == 0 {
+			extended := lease&proto.LeaseExtended != 0
+			c.leases.own(oldParent, ownChange{reply.OldParent.Version, oldName, false}, extended, sent)
+			c.leases.own(newParent, ownChange{reply.NewParent.Version, newName, true}, extended, sent)
+		}
 		// The moved inode's ctime moves; a replaced one loses a link.
 		c.ns.removed(oldParent, oldName, reply.Moved, reply.NewParent.Version)
 		c.ns.removed(newParent, newName, reply.Replaced, reply.NewParent.Version)

@@ -27,6 +27,7 @@ func (c *Client) watchLoop() {
 	}()
 	for ctx.Err() == nil {
 		req := c.ns.watchReq()
+		req.Session = c.session
 		var reply proto.WatchReply
 		// A leader that hangs must not hold the watch for the RPC
 		// timeout: past watchHealthy the watch counts as lost, and the
@@ -36,6 +37,7 @@ func (c *Client) watchLoop() {
 		cancelCall()
 		pause := watchBatch
 		if err != nil {
+			c.leases.clear()
 			if c.ns.lost() {
 				c.invalidator().InvalidateAll()
 			}
@@ -43,7 +45,9 @@ func (c *Client) watchLoop() {
 		} else {
 			news, all := c.ns.apply(&reply)
 			c.pass(news, all)
-			if len(reply.Events) == 0 && !reply.Lost {
+			// A lease this reply ended has a change waiting for the
+			// next request, which tells the leader it is taken in.
+			if c.watched(&reply, all) || len(reply.Events) == 0 && !reply.Lost {
 				pause = 0
 			}
 		}

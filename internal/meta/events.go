@@ -79,6 +79,21 @@ func (l *eventLog) trim(n int) {
 	l.ring = append([]proto.ChangeEvent(nil), l.ring[n:]...)
 }
 
+// appliedIndex is the index of the last command applied: everything it
+// and earlier commands changed is in the store.
+func (l *eventLog) appliedIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.upto
+}
+
+// current reports whether stream is the one this log tells of.
+func (l *eventLog) current(stream uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return stream == l.stream
+}
+
 // since fills r with the changes after index after of stream, at most
 // max of them (cut between indexes), and returns the channel closed at
 // the next change.

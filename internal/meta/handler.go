@@ -49,7 +49,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		if op == proto.OpRegisterServer {
 			existing = s.replicatedChains()
 		}
-		reply, err := s.propose(op, func(e *wire.Enc) { e.B = append(e.B, payload...) })
+		reply, index, err := s.proposeAt(op, func(e *wire.Enc) { e.B = append(e.B, payload...) })
 		if err != nil {
 			return err
 		}
@@ -61,6 +61,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 			}
 		}
 		out.B = append(out.B, reply...)
+		if dirs, session, newDir, ok := entryChange(op, payload, reply); ok {
+			out.U8(s.afterEntryChange(dirs, session, newDir, index))
+		}
 		return nil
 	}
 	switch op {
@@ -104,6 +107,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpWatch:
 		var r proto.WatchReq
 		return read(d, &r, func() error {
+			if s.fsm.events.current(r.Stream) {
+				s.leases.ack(r.Session, r.After, time.Now())
+			}
 			var reply proto.WatchReply
 			s.fsm.events.watch(&r, s.stop, &reply)
 			if !s.serving.Load() {
@@ -120,6 +126,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpGetLock:
 		var r proto.GetLockReq
 		return read(d, &r, func() error { return s.getLock(&r, out) })
+	case proto.OpDirLease:
+		var r proto.DirLeaseReq
+		return read(d, &r, func() error { return s.dirLease(&r, out) })
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })
@@ -333,6 +342,8 @@ func (s *Service) status(out *wire.Enc) error {
 		PrivateSeenMs: s.live.privateSeen(),
 	}
 	r.Locks, r.LockedFiles = countLocks(s.fsm.db)
+	leases, dirs := s.leases.count(time.Now())
+	r.DirLeases, r.LeasedDirs = uint32(leases), uint32(dirs)
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

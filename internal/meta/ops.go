@@ -14,6 +14,7 @@ import (
 // operation returns an error, so checks may fail at any point.
 
 func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
+	t.session = r.Session
 	if err := checkName(r.Name); err != nil {
 		return err
 	}
@@ -88,6 +89,7 @@ func checkName(name string) error {
 }
 
 func (t *tx) link(r *proto.LinkReq, out *wire.Enc) error {
+	t.session = r.Session
 	if err := checkName(r.NewName); err != nil {
 		return err
 	}
@@ -124,6 +126,7 @@ func (t *tx) link(r *proto.LinkReq, out *wire.Enc) error {
 }
 
 func (t *tx) unlink(r *proto.UnlinkReq, out *wire.Enc) error {
+	t.session = r.Session
 	parent, err := t.dir(r.Parent)
 	if err != nil {
 		return err
@@ -180,6 +183,7 @@ func (t *tx) isAncestor(a, b uint64) (bool, error) {
 }
 
 func (t *tx) rename(r *proto.RenameReq, out *wire.Enc) error {
+	t.session = r.Session
 	if err := checkName(r.NewName); err != nil {
 		return err
 	}

@@ -95,6 +95,7 @@ type Service struct {
 	fences      *fence.Log
 	sessions    *sessions
 	storage     *storageClients
+	leases      *dirLeases // directory leases (dirlease.go), while leading
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -161,7 +162,7 @@ func Start(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
-		live: newLiveness(), sessions: newSessions(),
+		live: newLiveness(), sessions: newSessions(), leases: newDirLeases(),
 		fences:  fence.NewLog(fence.DefaultKeep),
 		flaps:   &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
 		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
@@ -217,6 +218,7 @@ func (s *Service) takeOver() error {
 			return fmt.Errorf("creating the root directory: %w", err)
 		}
 	}
+	s.leases.reset(time.Now())
 	s.leaderSince.Store(time.Now().UnixNano())
 	s.serving.Store(true)
 	return nil
@@ -279,19 +281,25 @@ func (s *Service) Close() {
 
 // propose commits a command through Raft and returns the reply it produced.
 func (s *Service) propose(op uint16, payload func(*wire.Enc)) ([]byte, error) {
+	reply, _, err := s.proposeAt(op, payload)
+	return reply, err
+}
+
+// proposeAt is propose that also returns the command's log index.
+func (s *Service) proposeAt(op uint16, payload func(*wire.Enc)) ([]byte, uint64, error) {
 	cmd := encodeCommand(op, time.Now().UnixNano(), payload)
 	f := s.node.raft.Apply(cmd, 30*time.Second)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return nil, rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader: %v", s.cfg.ID, err)
+			return nil, 0, rpc.Errorf(syscall.EAGAIN, "metadata replica %s is not the leader: %v", s.cfg.ID, err)
 		}
-		return nil, rpc.Errorf(syscall.EIO, "raft: %v", err)
+		return nil, 0, rpc.Errorf(syscall.EIO, "raft: %v", err)
 	}
 	res, _ := f.Response().(*result)
 	if res == nil {
-		return nil, rpc.Errorf(syscall.EIO, "raft returned no result")
+		return nil, 0, rpc.Errorf(syscall.EIO, "raft returned no result")
 	}
-	return res.reply, res.err
+	return res.reply, f.Index(), res.err
 }
 
 func (s *Service) logf(format string, args ...any) { s.cfg.Logf(format, args...) }

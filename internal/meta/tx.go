@@ -87,6 +87,10 @@ type tx struct {
 	// changes lists the inodes and entries the command wrote, for the
 	// clients watching the namespace (see events.go).
 	changes []proto.ChangeEvent
+	// session is the client session whose request this is, when it says
+	// (create, link, unlink, rename): its changes to directory entries
+	// carry it, so that it can tell them from others' (dirlease.go).
+	session uint64
 }
 
 func (t *tx) inode(ino uint64) (*inodeRec, error) { return loadInode(t.b, ino) }
@@ -121,7 +125,11 @@ func (t *tx) changed(ino, parent uint64, name string) {
 			return
 		}
 	}
-	t.changes = append(t.changes, proto.ChangeEvent{Index: t.index, Ino: ino, Parent: parent, Name: name})
+	ev := proto.ChangeEvent{Index: t.index, Ino: ino, Parent: parent, Name: name}
+	if parent != 0 {
+		ev.Session = t.session
+	}
+	t.changes = append(t.changes, ev)
 }
 
 func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }

@@ -479,6 +479,9 @@ type StatusReply struct {
 	PrivateSeenMs map[uint32]int64
 	// Locks counts the file locks held, on LockedFiles files.
 	Locks, LockedFiles uint32
+	// DirLeases counts the directory leases clients hold (lease.go), on
+	// LeasedDirs directories.
+	DirLeases, LeasedDirs uint32
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -509,6 +512,8 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	encodeScrubs(e, r.Scrubs)
 	e.U32(r.Locks)
 	e.U32(r.LockedFiles)
+	e.U32(r.DirLeases)
+	e.U32(r.LeasedDirs)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -536,6 +541,7 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	}
 	r.Scrubs = decodeScrubs(d)
 	r.Locks, r.LockedFiles = d.U32(), d.U32()
+	r.DirLeases, r.LeasedDirs = d.U32(), d.U32()
 }
 
 // Capacity sums the space of targets, counting a file system shared by

@@ -30,9 +30,10 @@ const (
 	OpSync       // make every change so far durable on disk (an application's fsync)
 	OpResyncDone // a chain's head finished copying a member: it may serve
 	OpTargetFailed
-	OpWatch   // wait for namespace changes after an index (see WatchReq)
-	OpSetLock // take or release a file lock (locks.go)
-	OpGetLock // which lock, if any, is in the way of one (F_GETLK)
+	OpWatch    // wait for namespace changes after an index (see WatchReq)
+	OpSetLock  // take or release a file lock (locks.go)
+	OpGetLock  // which lock, if any, is in the way of one (F_GETLK)
+	OpDirLease // a lease on a directory's names (lease.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
@@ -135,6 +136,9 @@ type CreateReq struct {
 	Target string // symlinks only
 	Creds  Creds
 	Now    int64
+	// Session is the client's (for its directory leases, lease.go);
+	// requests of older clients, and older log entries, have none.
+	Session uint64
 }
 
 func (r *CreateReq) Encode(e *wire.Enc) {
@@ -145,6 +149,7 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 	e.String(r.Target)
 	r.Creds.Encode(e)
 	e.I64(r.Now)
+	e.U64(r.Session)
 }
 
 func (r *CreateReq) Decode(d *wire.Dec) {
@@ -155,6 +160,7 @@ func (r *CreateReq) Decode(d *wire.Dec) {
 	r.Target = d.String(MaxSymlink)
 	r.Creds.Decode(d)
 	r.Now = d.I64()
+	r.Session = optionalSession(d)
 }
 
 // LinkReq adds the name NewName in NewParent for inode Ino.
@@ -163,6 +169,7 @@ type LinkReq struct {
 	NewParent uint64
 	NewName   string
 	Now       int64
+	Session   uint64 // as in CreateReq
 }
 
 func (r *LinkReq) Encode(e *wire.Enc) {
@@ -170,6 +177,7 @@ func (r *LinkReq) Encode(e *wire.Enc) {
 	e.U64(r.NewParent)
 	e.String(r.NewName)
 	e.I64(r.Now)
+	e.U64(r.Session)
 }
 
 func (r *LinkReq) Decode(d *wire.Dec) {
@@ -177,6 +185,7 @@ func (r *LinkReq) Decode(d *wire.Dec) {
 	r.NewParent = d.U64()
 	r.NewName = d.String(MaxName)
 	r.Now = d.I64()
+	r.Session = optionalSession(d)
 }
 
 // UnlinkReq removes a name (Dir: rmdir semantics). When the inode's last

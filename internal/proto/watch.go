@@ -11,17 +11,29 @@ import "tandemfs/internal/wire"
 // WatchReq asks for the changes after index After of the event stream
 // Stream (0: none yet). The leader answers at once if it has changes,
 // and otherwise waits up to WaitMs for one.
+//
+// Session names the client: a request also tells the leader that the
+// client has taken in every change up to After, which is what a change to
+// a directory it holds a lease on waits for (lease.go).
 type WatchReq struct {
-	Stream uint64
-	After  uint64
-	WaitMs uint32
+	Stream  uint64
+	After   uint64
+	WaitMs  uint32
+	Session uint64
 }
 
-func (r *WatchReq) Encode(e *wire.Enc) { e.U64(r.Stream); e.U64(r.After); e.U32(r.WaitMs) }
+func (r *WatchReq) Encode(e *wire.Enc) {
+	e.U64(r.Stream)
+	e.U64(r.After)
+	e.U32(r.WaitMs)
+	e.U64(r.Session)
+}
+
 func (r *WatchReq) Decode(d *wire.Dec) {
 	r.Stream = d.U64()
 	r.After = d.U64()
 	r.WaitMs = d.U32()
+	r.Session = optionalSession(d)
 }
 
 // MaxWatchWait bounds how long a watch request may be held.
@@ -32,12 +44,14 @@ const MaxWatchEvents = 1 << 14
 
 // ChangeEvent names what one applied command changed: an inode (Name
 // empty and Parent 0), the entry Name in directory Parent, or, with Ino
-// and Parent both 0, the cluster map.
+// and Parent both 0, the cluster map. Session is the client session that
+// made a change to a directory entry, when it said (0 otherwise).
 type ChangeEvent struct {
-	Index  uint64
-	Ino    uint64
-	Parent uint64
-	Name   string
+	Index   uint64
+	Ino     uint64
+	Parent  uint64
+	Name    string
+	Session uint64
 }
 
 // MapChanged reports whether the change is to the cluster map.
@@ -65,6 +79,7 @@ func (r *WatchReply) Encode(e *wire.Enc) {
 		e.U64(ev.Ino)
 		e.U64(ev.Parent)
 		e.String(ev.Name)
+		e.U64(ev.Session)
 	}
 }
 
@@ -72,7 +87,7 @@ func (r *WatchReply) Decode(d *wire.Dec) {
 	r.Stream = d.U64()
 	r.Upto = d.U64()
 	r.Lost = d.Bool()
-	n := d.Count(MaxWatchEvents, 28)
+	n := d.Count(MaxWatchEvents, 36)
 	r.Events = make([]ChangeEvent, n)
 	for i := range r.Events {
 		ev := &r.Events[i]
@@ -80,5 +95,6 @@ func (r *WatchReply) Decode(d *wire.Dec) {
 		ev.Ino = d.U64()
 		ev.Parent = d.U64()
 		ev.Name = d.String(MaxName)
+		ev.Session = d.U64()
 	}
 }
