@@ -28,9 +28,11 @@ import (
 //     they are forgotten (the floor moves up), replies to requests sent
 //     before are cached only briefly.
 //
-// Negative answers are never cached: a name another client just created
-// is found at once, as MPI jobs that create a file on one rank and open
-// it on the others expect.
+// Negative answers are not cached here: a name another client just
+// created is found at once, as MPI jobs that create a file on one rank and
+// open it on the others expect. Only a directory lease (leases.go), which
+// the leader revokes before it answers such a create, answers "no such
+// name" without asking.
 
 // shortTTL is how long an entry answers without a live watch.
 const shortTTL = time.Second
