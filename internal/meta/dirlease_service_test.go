@@ -100,7 +100,7 @@ func TestOwnChangesKeepTheLeaseAndItsListingExact(t *testing.T) {
 		mk(t, c, d.Ino, fmt.Sprintf("f%d", i), 0o644)
 		if i%10 == 0 {
 			// Past the lease's term in all: creates renew it.
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(proto.DirLeaseMs * time.Millisecond * 2 / 5)
 		}
 	}
 	for i := 0; i < 10; i++ {

@@ -17,7 +17,7 @@ import "tandemfs/internal/wire"
 // DirLeaseMs is how long a lease lasts on the leader once granted or
 // extended. Holders count it from when they sent the request, and trust
 // only nine tenths of it, so their leases end first.
-const DirLeaseMs = 1000
+const DirLeaseMs = 500
 
 // MaxLeaseNames bounds the listing of a directory a lease is granted on.
 const MaxLeaseNames = 4096
