@@ -259,6 +259,11 @@ func (c *Client) missed(dir uint64) {
 	if !c.ns.watching() || !c.leases.missed(dir, time.Now()) {
 		return
 	}
+	select {
+	case <-c.stop:
+		return // closing: c.wg may be waited on already
+	default:
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
