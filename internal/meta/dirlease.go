@@ -268,7 +268,7 @@ func (s *Service) dirLease(r *proto.DirLeaseReq, out *wire.Enc) error {
 
 // listNames returns the names in directory dir, or false if there are
 // more than limit.
-func listNames(db pebble.Reader, dir uint64, limit int) ([]string, bool, error) {
+func listNames(db reader, dir uint64, limit int) ([]string, bool, error) {
 	prefix := dentKey(dir, "")
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -286,32 +286,23 @@ func listNames(db pebble.Reader, dir uint64, limit int) ([]string, bool, error) 
 }
 
 // entryChange names the directories whose entries a successful change
-// (create, link, unlink or rename, with its request payload and reply)
+// (create, link, unlink or rename: its decoded request and its reply)
 // changed, the session that made it, and the directory it made (0 if
 // none).
-func entryChange(op uint16, payload, reply []byte) (dirs []uint64, session, newDir uint64, ok bool) {
-	d := wire.NewDec(payload)
-	switch op {
-	case proto.OpCreate:
-		var r proto.CreateReq
-		r.Decode(d)
+func entryChange(req decoder, reply []byte) (dirs []uint64, session, newDir uint64, ok bool) {
+	switch r := req.(type) {
+	case *proto.CreateReq:
 		if r.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 			var e proto.EntryReply
 			e.Decode(wire.NewDec(reply))
 			newDir = e.Inode.Ino
 		}
 		return []uint64{r.Parent}, r.Session, newDir, true
-	case proto.OpLink:
-		var r proto.LinkReq
-		r.Decode(d)
+	case *proto.LinkReq:
 		return []uint64{r.NewParent}, r.Session, 0, true
-	case proto.OpUnlink:
-		var r proto.UnlinkReq
-		r.Decode(d)
+	case *proto.UnlinkReq:
 		return []uint64{r.Parent}, r.Session, 0, true
-	case proto.OpRename:
-		var r proto.RenameReq
-		r.Decode(d)
+	case *proto.RenameReq:
 		if r.OldParent == r.NewParent {
 			return []uint64{r.OldParent}, r.Session, 0, true
 		}
@@ -346,8 +337,7 @@ func (s *Service) grantNewDir(dir, session uint64, now time.Time) bool {
 	if !s.leases.grant(dir, session, now) {
 		return false
 	}
-	names, ok, err := listNames(s.fsm.db, dir, 0)
-	if err != nil || !ok || len(names) > 0 {
+	if empty, err := dirEmpty(s.fsm.db, dir); err != nil || !empty {
 		s.leases.drop(dir, session)
 		return false
 	}

@@ -41,7 +41,8 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	}
 	if mk, ok := mutations[op]; ok {
 		payload := d.Rest()
-		mk().Decode(d)
+		req := mk()
+		req.Decode(d)
 		if err := d.Finish(); err != nil {
 			return rpc.BadRequest(err)
 		}
@@ -53,15 +54,13 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		if err != nil {
 			return err
 		}
-		if op == proto.OpRegisterServer {
-			var req proto.RegisterServerReq
-			req.Decode(wire.NewDec(payload))
-			if err := s.afterRegistration(&req, reply, existing); err != nil {
+		if r, ok := req.(*proto.RegisterServerReq); ok {
+			if err := s.afterRegistration(r, reply, existing); err != nil {
 				return err
 			}
 		}
 		out.B = append(out.B, reply...)
-		if dirs, session, newDir, ok := entryChange(op, payload, reply); ok {
+		if dirs, session, newDir, ok := entryChange(req, reply); ok {
 			out.U8(s.afterEntryChange(dirs, session, newDir, index))
 		}
 		return nil
