@@ -112,7 +112,7 @@ func (t *leaseTable) granted(dir uint64, r *proto.DirLeaseReply, ok bool, sent t
 	p := t.pending[dir]
 	delete(t.pending, dir)
 	if p == nil {
-		return // dropped meanwhile (the watch was lost)
+		return // not asked for by missed (a lost watch spoils, never deletes)
 	}
 	if !ok || !r.Granted || p.foreign > r.Index {
 		t.refused[dir] = time.Now().Add(leaseRetry)
