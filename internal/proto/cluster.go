@@ -482,6 +482,9 @@ type StatusReply struct {
 	// DirLeases counts the directory leases clients hold (lease.go), on
 	// LeasedDirs directories.
 	DirLeases, LeasedDirs uint32
+	// FileLeases counts the file leases clients hold (lease.go), on
+	// LeasedFiles files.
+	FileLeases, LeasedFiles uint32
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -514,6 +517,8 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U32(r.LockedFiles)
 	e.U32(r.DirLeases)
 	e.U32(r.LeasedDirs)
+	e.U32(r.FileLeases)
+	e.U32(r.LeasedFiles)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -542,6 +547,7 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	r.Scrubs = decodeScrubs(d)
 	r.Locks, r.LockedFiles = d.U32(), d.U32()
 	r.DirLeases, r.LeasedDirs = d.U32(), d.U32()
+	r.FileLeases, r.LeasedFiles = d.U32(), d.U32()
 }
 
 // Capacity sums the space of targets, counting a file system shared by

@@ -31,6 +31,9 @@ const (
 	// LeaseNewDir: the caller made a directory and holds a lease on it;
 	// it is empty.
 	LeaseNewDir
+	// LeaseNewFile: the caller made a regular file and holds a file
+	// lease on it, as of the create.
+	LeaseNewFile
 )
 
 // DirLeaseReq asks for a lease on directory Dir for client session
@@ -69,6 +72,58 @@ func (r *DirLeaseReply) Decode(d *wire.Dec) {
 	for i := range r.Names {
 		r.Names[i] = d.String(MaxName)
 	}
+}
+
+// File leases let a client open a file without asking for its size.
+//
+// Opening a file asks the leader for its attributes (close-to-open
+// consistency: a job sees the whole of a file another host closed before
+// it opened it). A client holding a lease on a regular file knows its
+// attributes are current and opens it without a call. The leader, before
+// it answers any change to the file by another session (a write's commit,
+// a truncate, a chmod, an unlink), waits until the holder's watch has
+// passed the change, or until the lease has run out, as for directories.
+//
+// Unlike a directory lease, a file lease is renewed by the holder's watch:
+// every watch request (proto.WatchReq) renews all the leases of its
+// session, so a client that keeps a file open, or opens it again and
+// again, never asks for it. A lease lasts FileLeaseMs past the later of
+// its grant and the session's last watch request, and no longer than
+// FileLeaseLifeMs after its grant. The holder counts from when it sent
+// the requests, trusts nine tenths, and asks the leader to hold its watch
+// requests at most FileLeaseWatchMs, so that a live watch renews its
+// leases before they end.
+
+// FileLeaseMs is how long a file lease lasts past its last renewal.
+const FileLeaseMs = 750
+
+// FileLeaseLifeMs bounds a file lease's life: the leader forgets leases
+// nobody asked for lately without being told.
+const FileLeaseLifeMs = 60_000
+
+// FileLeaseWatchMs is the longest wait a client holding file leases asks
+// for in a watch request.
+const FileLeaseWatchMs = 250
+
+// MaxFileLeases bounds the file leases one session holds.
+const MaxFileLeases = 1 << 16
+
+// FileLeaseReply answers OpFileLease (an InoReq with the caller's
+// session): the inode, whether a lease on it was granted, and the change
+// index the inode is current as of. A lease is refused for anything but
+// a regular file, for a file changed lately by another session, and past
+// MaxFileLeases.
+type FileLeaseReply struct {
+	Inode   Inode
+	Granted bool
+	Index   uint64
+}
+
+func (r *FileLeaseReply) Encode(e *wire.Enc) { r.Inode.Encode(e); e.Bool(r.Granted); e.U64(r.Index) }
+func (r *FileLeaseReply) Decode(d *wire.Dec) {
+	r.Inode.Decode(d)
+	r.Granted = d.Bool()
+	r.Index = d.U64()
 }
 
 // optionalSession reads a session that newer clients append to requests

@@ -30,10 +30,11 @@ const (
 	OpSync       // make every change so far durable on disk (an application's fsync)
 	OpResyncDone // a chain's head finished copying a member: it may serve
 	OpTargetFailed
-	OpWatch    // wait for namespace changes after an index (see WatchReq)
-	OpSetLock  // take or release a file lock (locks.go)
-	OpGetLock  // which lock, if any, is in the way of one (F_GETLK)
-	OpDirLease // a lease on a directory's names (lease.go)
+	OpWatch     // wait for namespace changes after an index (see WatchReq)
+	OpSetLock   // take or release a file lock (locks.go)
+	OpGetLock   // which lock, if any, is in the way of one (F_GETLK)
+	OpDirLease  // a lease on a directory's names (lease.go)
+	OpFileLease // a file's attributes with a lease on them (lease.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
@@ -98,6 +99,9 @@ type SetAttrReq struct {
 	Mtime int64
 	Ctime int64
 	Now   int64 // the client's clock, for *Now bits and ctime
+	// Session is the caller's: a change to a file ends the file leases
+	// of other sessions only (lease.go).
+	Session uint64
 }
 
 func (r *SetAttrReq) Encode(e *wire.Enc) {
@@ -111,6 +115,7 @@ func (r *SetAttrReq) Encode(e *wire.Enc) {
 	e.I64(r.Mtime)
 	e.I64(r.Ctime)
 	e.I64(r.Now)
+	e.U64(r.Session)
 }
 
 func (r *SetAttrReq) Decode(d *wire.Dec) {
@@ -124,6 +129,7 @@ func (r *SetAttrReq) Decode(d *wire.Dec) {
 	r.Mtime = d.I64()
 	r.Ctime = d.I64()
 	r.Now = d.I64()
+	r.Session = optionalSession(d)
 }
 
 // CreateReq makes a file, directory, symlink, device or fifo (by Mode's
@@ -375,6 +381,7 @@ type WriteInlineReq struct {
 	Data     []byte
 	Truncate bool
 	Now      int64
+	Session  uint64 // as in SetAttrReq
 }
 
 func (r *WriteInlineReq) Encode(e *wire.Enc) {
@@ -383,6 +390,7 @@ func (r *WriteInlineReq) Encode(e *wire.Enc) {
 	e.Bytes(r.Data)
 	e.Bool(r.Truncate)
 	e.I64(r.Now)
+	e.U64(r.Session)
 }
 
 func (r *WriteInlineReq) Decode(d *wire.Dec) {
@@ -391,6 +399,7 @@ func (r *WriteInlineReq) Decode(d *wire.Dec) {
 	r.Data = d.Bytes(MaxInline)
 	r.Truncate = d.Bool()
 	r.Now = d.I64()
+	r.Session = optionalSession(d)
 }
 
 // UninlineReq moves an inline file to storage targets in two steps: with
@@ -400,10 +409,14 @@ func (r *WriteInlineReq) Decode(d *wire.Dec) {
 type UninlineReq struct {
 	Ino        uint64
 	AssignOnly bool
+	Session    uint64 // as in SetAttrReq
 }
 
-func (r *UninlineReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.AssignOnly) }
-func (r *UninlineReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.AssignOnly = d.Bool() }
+func (r *UninlineReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.AssignOnly); e.U64(r.Session) }
+func (r *UninlineReq) Decode(d *wire.Dec) {
+	r.Ino, r.AssignOnly = d.U64(), d.Bool()
+	r.Session = optionalSession(d)
+}
 
 // CommitWriteReq records that data up to Size was written to targets at
 // time Mtime: the file grows to Size if smaller, and mtime/ctime move.
@@ -414,6 +427,7 @@ type CommitWriteReq struct {
 	Size    uint64
 	Mtime   int64
 	Written uint64
+	Session uint64 // as in SetAttrReq
 }
 
 func (r *CommitWriteReq) Encode(e *wire.Enc) {
@@ -421,10 +435,12 @@ func (r *CommitWriteReq) Encode(e *wire.Enc) {
 	e.U64(r.Size)
 	e.I64(r.Mtime)
 	e.U64(r.Written)
+	e.U64(r.Session)
 }
 
 func (r *CommitWriteReq) Decode(d *wire.Dec) {
 	r.Ino, r.Size, r.Mtime, r.Written = d.U64(), d.U64(), d.I64(), d.U64()
+	r.Session = optionalSession(d)
 }
 
 // Xattr flags, as in setxattr(2).
@@ -435,11 +451,12 @@ const (
 
 // XattrReq addresses one extended attribute (get, set, remove).
 type XattrReq struct {
-	Ino   uint64
-	Name  string
-	Value []byte
-	Flags uint32
-	Now   int64
+	Ino     uint64
+	Name    string
+	Value   []byte
+	Flags   uint32
+	Now     int64
+	Session uint64 // as in SetAttrReq
 }
 
 func (r *XattrReq) Encode(e *wire.Enc) {
@@ -448,6 +465,7 @@ func (r *XattrReq) Encode(e *wire.Enc) {
 	e.Bytes(r.Value)
 	e.U32(r.Flags)
 	e.I64(r.Now)
+	e.U64(r.Session)
 }
 
 func (r *XattrReq) Decode(d *wire.Dec) {
@@ -456,6 +474,7 @@ func (r *XattrReq) Decode(d *wire.Dec) {
 	r.Value = d.Bytes(MaxXattrVal)
 	r.Flags = d.U32()
 	r.Now = d.I64()
+	r.Session = optionalSession(d)
 }
 
 // SetStripeReq sets the pattern new files in directory Ino will get.

@@ -14,7 +14,8 @@ import "tandemfs/internal/wire"
 //
 // Session names the client: a request also tells the leader that the
 // client has taken in every change up to After, which is what a change to
-// a directory it holds a lease on waits for (lease.go).
+// a directory or file it holds a lease on waits for, and it renews the
+// session's file leases (lease.go).
 type WatchReq struct {
 	Stream  uint64
 	After   uint64
