@@ -16,43 +16,26 @@ import (
 // The table lives in the leader's memory only. A new leader does not know
 // the leases its predecessor granted, so until those have surely run out
 // (fenceEnd) every change to a directory entry waits before it is answered.
+// What a change waits for is in leaseacks.go.
 
 // leaseTerm is how long a lease lasts on the leader.
 const leaseTerm = proto.DirLeaseMs * time.Millisecond
 
-// leaseQuiet is how long after a revocation a directory gets no new
-// lease: clients that take turns changing one directory would otherwise
-// wait for each other's watch at every change.
+// leaseQuiet is how long after a revocation a directory (or file) gets
+// no new lease: clients that take turns changing one directory would
+// otherwise wait for each other's watch at every change.
 const leaseQuiet = 2 * time.Second
-
-// ackKeep is how long a session's last acknowledgement is remembered
-// after it was last heard of.
-const ackKeep = time.Minute
 
 type dirLeases struct {
 	mu       sync.Mutex
 	held     map[uint64]map[uint64]time.Time // directory → session → end
 	quiet    map[uint64]time.Time            // directory → no grant before
-	acked    map[uint64]ackState             // session → what its watch took in
-	ackWake  chan struct{}                   // closed and replaced when acked moves
 	fenceEnd time.Time                       // leases of an earlier leader end by then
 	sweptAt  time.Time
 }
 
-type ackState struct {
-	index uint64
-	at    time.Time
-}
-
-// revoked is a lease a change ended: the change is answered once the
-// session has taken it in, or at end.
-type revoked struct {
-	session uint64
-	end     time.Time
-}
-
 func newDirLeases() *dirLeases {
-	l := &dirLeases{ackWake: make(chan struct{})}
+	l := &dirLeases{}
 	l.reset(time.Time{})
 	return l
 }
@@ -64,7 +47,6 @@ func (l *dirLeases) reset(now time.Time) {
 	defer l.mu.Unlock()
 	l.held = map[uint64]map[uint64]time.Time{}
 	l.quiet = map[uint64]time.Time{}
-	l.acked = map[uint64]ackState{}
 	l.fenceEnd = now.Add(leaseTerm)
 }
 
@@ -111,11 +93,11 @@ func (l *dirLeases) extend(dirs []uint64, session uint64, now time.Time) bool {
 }
 
 // revoke ends the leases sessions other than by hold on dirs, and returns
-// them.
+// them, with the wait for an earlier leader's leases.
 func (l *dirLeases) revoke(dirs []uint64, by uint64, now time.Time) []revoked {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []revoked
+	out := fenceWait(l.fenceEnd, now)
 	for _, d := range dirs {
 		for session, end := range l.held[d] {
 			if session == by {
@@ -132,64 +114,6 @@ func (l *dirLeases) revoke(dirs []uint64, by uint64, now time.Time) []revoked {
 		}
 	}
 	return out
-}
-
-// ack records that session's watch has taken in every change up to index.
-func (l *dirLeases) ack(session, index uint64, now time.Time) {
-	if session == 0 {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a := l.acked[session]
-	l.acked[session] = ackState{max(index, a.index), now}
-	if index > a.index {
-		close(l.ackWake)
-		l.ackWake = make(chan struct{})
-	}
-}
-
-// settled reports whether a change at index may be answered: every lease
-// in rs is over for it (its holder took it in, or it ended) and no lease
-// of an earlier leader can be left. If not, it returns when the next
-// lease ends and a channel closed at the next acknowledgement.
-func (l *dirLeases) settled(rs []revoked, index uint64, now time.Time) (bool, time.Time, <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var next time.Time
-	if now.Before(l.fenceEnd) {
-		next = l.fenceEnd
-	}
-	for _, r := range rs {
-		if l.acked[r.session].index >= index || !now.Before(r.end) {
-			continue
-		}
-		if next.IsZero() || r.end.Before(next) {
-			next = r.end
-		}
-	}
-	return next.IsZero(), next, l.ackWake
-}
-
-// wait returns once a change at index may be answered: every revoked
-// lease's holder has taken it in or the lease has ended, and no lease of
-// an earlier leader can be left.
-func (l *dirLeases) wait(rs []revoked, index uint64, stop <-chan struct{}) {
-	for {
-		done, next, wake := l.settled(rs, index, time.Now())
-		if done {
-			return
-		}
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			return
-		}
-		t.Stop()
-	}
 }
 
 // count reports the leases held and the directories they are on.
@@ -211,8 +135,8 @@ func (l *dirLeases) count(now time.Time) (leases, dirs int) {
 	return leases, dirs
 }
 
-// sweepLocked forgets ended leases, quiet periods and old
-// acknowledgements, at most once per leaseTerm.
+// sweepLocked forgets ended leases and quiet periods, at most once per
+// leaseTerm.
 func (l *dirLeases) sweepLocked(now time.Time) {
 	if now.Sub(l.sweptAt) < leaseTerm {
 		return
@@ -231,11 +155,6 @@ func (l *dirLeases) sweepLocked(now time.Time) {
 	for d, until := range l.quiet {
 		if !now.Before(until) {
 			delete(l.quiet, d)
-		}
-	}
-	for s, a := range l.acked {
-		if now.Sub(a.at) > ackKeep {
-			delete(l.acked, s)
 		}
 	}
 }
@@ -285,48 +204,64 @@ func listNames(db reader, dir uint64, limit int) ([]string, bool, error) {
 	return names, true, it.Error()
 }
 
-// entryChange names the directories whose entries a successful change
-// (create, link, unlink or rename: its decoded request and its reply)
-// changed, the session that made it, and the directory it made (0 if
-// none).
-func entryChange(req decoder, reply []byte) (dirs []uint64, session, newDir uint64, ok bool) {
+// entryChange describes a successful change to directory entries
+// (create, link, unlink or rename: its decoded request and its reply).
+type entryChange struct {
+	dirs    []uint64 // the directories whose entries it changed
+	session uint64   // the session that made it
+	newDir  uint64   // the directory it made, if any
+	newFile uint64   // the regular file it made, if any
+}
+
+// entryChangeOf describes the change req made, if it is one to
+// directory entries.
+func entryChangeOf(req decoder, reply []byte) (entryChange, bool) {
 	switch r := req.(type) {
 	case *proto.CreateReq:
-		if r.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			var e proto.EntryReply
-			e.Decode(wire.NewDec(reply))
-			newDir = e.Inode.Ino
+		c := entryChange{dirs: []uint64{r.Parent}, session: r.Session}
+		var e proto.EntryReply
+		e.Decode(wire.NewDec(reply))
+		switch e.Inode.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+			c.newDir = e.Inode.Ino
+		case syscall.S_IFREG:
+			c.newFile = e.Inode.Ino
 		}
-		return []uint64{r.Parent}, r.Session, newDir, true
+		return c, true
 	case *proto.LinkReq:
-		return []uint64{r.NewParent}, r.Session, 0, true
+		return entryChange{dirs: []uint64{r.NewParent}, session: r.Session}, true
 	case *proto.UnlinkReq:
-		return []uint64{r.Parent}, r.Session, 0, true
+		return entryChange{dirs: []uint64{r.Parent}, session: r.Session}, true
 	case *proto.RenameReq:
-		if r.OldParent == r.NewParent {
-			return []uint64{r.OldParent}, r.Session, 0, true
+		c := entryChange{dirs: []uint64{r.OldParent}, session: r.Session}
+		if r.OldParent != r.NewParent {
+			c.dirs = append(c.dirs, r.NewParent)
 		}
-		return []uint64{r.OldParent, r.NewParent}, r.Session, 0, true
+		return c, true
 	}
-	return nil, 0, 0, false
+	return entryChange{}, false
 }
 
 // afterEntryChange runs once a change to directory entries is applied at
-// index, before it is answered: it renews the caller's leases on the
-// directories, grants it one on a directory it made, and waits until
-// every other holder of a lease on them has taken the change in (or its
-// lease has ended). It returns the proto.Lease* flags for the reply.
-func (s *Service) afterEntryChange(dirs []uint64, session, newDir, index uint64) uint8 {
-	s.leases.wait(s.leases.revoke(dirs, session, time.Now()), index, s.stop)
+// index, before it is answered: it waits until every other holder of a
+// lease on the directories has taken the change in (or its lease has
+// ended), renews the caller's leases on them, and grants it one on a
+// directory or file it made. It returns the proto.Lease* flags for the
+// reply.
+func (s *Service) afterEntryChange(c entryChange, index uint64) uint8 {
+	s.acks.wait(s.leases.revoke(c.dirs, c.session, time.Now()), index, s.stop)
 	// Renewed after the wait, so that the caller, which counts from
 	// before its request, still has a lease when the answer comes.
 	now := time.Now()
 	var flags uint8
-	if s.leases.extend(dirs, session, now) {
+	if s.leases.extend(c.dirs, c.session, now) {
 		flags |= proto.LeaseExtended
 	}
-	if newDir != 0 && s.grantNewDir(newDir, session, now) {
+	if c.newDir != 0 && s.grantNewDir(c.newDir, c.session, now) {
 		flags |= proto.LeaseNewDir
+	}
+	if c.newFile != 0 && s.files.grant(c.newFile, c.session, now) {
+		flags |= proto.LeaseNewFile
 	}
 	return flags
 }

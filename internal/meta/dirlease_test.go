@@ -8,19 +8,20 @@ import (
 // The leader's lease table: what a change to a leased directory waits for.
 
 func TestANewLeaderWaitsOutItsPredecessorsLeases(t *testing.T) {
-	l := newDirLeases()
+	l, acks := newDirLeases(), newLeaseAcks()
 	now := time.Now()
 	l.reset(now)
-	if done, next, _ := l.settled(nil, 1, now); done || !next.Equal(now.Add(leaseTerm)) {
+	rs := l.revoke([]uint64{9}, 1, now)
+	if done, next, _ := acks.settled(rs, 1, now); done || !next.Equal(now.Add(leaseTerm)) {
 		t.Fatalf("right after taking over: settled %v, next %v; want to wait %v", done, next.Sub(now), leaseTerm)
 	}
-	if done, _, _ := l.settled(nil, 1, now.Add(leaseTerm)); !done {
+	if done, _, _ := acks.settled(rs, 1, now.Add(leaseTerm)); !done {
 		t.Fatal("a change still waits once every earlier lease has surely ended")
 	}
 }
 
 func TestAChangeWaitsForOtherHoldersOnly(t *testing.T) {
-	l := newDirLeases()
+	l, acks := newDirLeases(), newLeaseAcks()
 	now := time.Now()
 	for _, s := range []uint64{1, 2, 3} {
 		if !l.grant(9, s, now) {
@@ -34,19 +35,19 @@ func TestAChangeWaitsForOtherHoldersOnly(t *testing.T) {
 	if !l.extend([]uint64{9}, 1, now) {
 		t.Fatal("the changer's own lease was revoked")
 	}
-	if done, _, _ := l.settled(rs, 5, now); done {
+	if done, _, _ := acks.settled(rs, 5, now); done {
 		t.Fatal("settled before the holders took the change in")
 	}
-	l.ack(2, 5, now)
-	l.ack(3, 4, now) // not yet at the change
-	if done, next, _ := l.settled(rs, 5, now); done || !next.Equal(now.Add(leaseTerm)) {
+	acks.ack(2, 5, now)
+	acks.ack(3, 4, now) // not yet at the change
+	if done, next, _ := acks.settled(rs, 5, now); done || !next.Equal(now.Add(leaseTerm)) {
 		t.Fatalf("with one holder behind: settled %v, next %v", done, next.Sub(now))
 	}
-	if done, _, _ := l.settled(rs, 5, now.Add(leaseTerm)); !done {
+	if done, _, _ := acks.settled(rs, 5, now.Add(leaseTerm)); !done {
 		t.Fatal("a lease that ran out still holds a change back")
 	}
-	l.ack(3, 6, now)
-	if done, _, _ := l.settled(rs, 5, now); !done {
+	acks.ack(3, 6, now)
+	if done, _, _ := acks.settled(rs, 5, now); !done {
 		t.Fatal("not settled after every holder took the change in")
 	}
 	// Revoked lately: no new lease on the directory for a while.

@@ -69,6 +69,10 @@ type FSM struct {
 type result struct {
 	reply []byte
 	err   error
+	// files and session: the regular files the command changed, and the
+	// client session that asked (tx.files, tx.session).
+	files   []uint64
+	session uint64
 }
 
 // OpenFSM opens (or creates) the state machine's Pebble store in dir.
@@ -202,7 +206,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		fn()
 	}
 	f.events.add(l.Index, t.changes)
-	return &result{reply: out.B}
+	return &result{reply: out.B, files: t.files, session: t.session}
 }
 
 func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {

@@ -60,8 +60,8 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 			}
 		}
 		out.B = append(out.B, reply...)
-		if dirs, session, newDir, ok := entryChange(req, reply); ok {
-			out.U8(s.afterEntryChange(dirs, session, newDir, index))
+		if c, ok := entryChangeOf(req, reply); ok {
+			out.U8(s.afterEntryChange(c, index))
 		}
 		return nil
 	}
@@ -72,6 +72,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpGetAttr:
 		var r proto.InoReq
 		return read(d, &r, func() error { return s.getAttr(&r, out) })
+	case proto.OpFileLease:
+		var r proto.InoReq
+		return read(d, &r, func() error { return s.fileLease(&r, out) })
 	case proto.OpReadDir:
 		var r proto.ReadDirReq
 		return read(d, &r, func() error { return s.readDir(&r, out) })
@@ -107,7 +110,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.WatchReq
 		return read(d, &r, func() error {
 			if s.fsm.events.current(r.Stream) {
-				s.leases.ack(r.Session, r.After, time.Now())
+				now := time.Now()
+				s.acks.ack(r.Session, r.After, now)
+				s.files.renew(r.Session, now)
 			}
 			var reply proto.WatchReply
 			s.fsm.events.watch(&r, s.stop, &reply)
@@ -343,6 +348,8 @@ func (s *Service) status(out *wire.Enc) error {
 	r.Locks, r.LockedFiles = countLocks(s.fsm.db)
 	leases, dirs := s.leases.count(time.Now())
 	r.DirLeases, r.LeasedDirs = uint32(leases), uint32(dirs)
+	leases, files := s.files.counts(time.Now())
+	r.FileLeases, r.LeasedFiles = uint32(leases), uint32(files)
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

@@ -34,6 +34,7 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 	if err != nil {
 		return err
 	}
+	t.created = ino
 	n := &inodeRec{Inode: proto.Inode{Attr: proto.Attr{
 		Ino: ino, Mode: r.Mode, Nlink: 1, Uid: r.Creds.Uid, Gid: r.Creds.Gid, Rdev: r.Rdev,
 		Atime: t.now, Mtime: t.now, Ctime: t.now,
@@ -334,6 +335,7 @@ func (t *tx) exchange(r *proto.RenameReq, op, np, src *inodeRec, dstIno uint64, 
 }
 
 func (t *tx) setAttr(r *proto.SetAttrReq, out *wire.Enc) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -430,6 +432,7 @@ func allZero(b []byte) bool {
 }
 
 func (t *tx) writeInline(r *proto.WriteInlineReq, out *wire.Enc) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -463,6 +466,7 @@ func (t *tx) writeInline(r *proto.WriteInlineReq, out *wire.Enc) error {
 }
 
 func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -487,6 +491,7 @@ func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
 }
 
 func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -507,6 +512,7 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 }
 
 func (t *tx) setXattr(r *proto.XattrReq) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -531,6 +537,7 @@ func (t *tx) setXattr(r *proto.XattrReq) error {
 }
 
 func (t *tx) removeXattr(r *proto.XattrReq) error {
+	t.session = r.Session
 	n, err := t.inode(r.Ino)
 	if err != nil {
 		return err
@@ -570,6 +577,7 @@ func (t *tx) setStripe(r *proto.SetStripeReq) error {
 // release drops an orphan (an inode unlinked while open) once the session
 // that held it open closes it. session 0 forces the drop (session expired).
 func (t *tx) release(r *proto.InoReq) error {
+	t.session = r.Session
 	v, ok, err := get(t.b, orphanKey(r.Ino))
 	if err != nil || !ok {
 		return err

@@ -95,7 +95,9 @@ type Service struct {
 	fences      *fence.Log
 	sessions    *sessions
 	storage     *storageClients
-	leases      *dirLeases // directory leases (dirlease.go), while leading
+	leases      *dirLeases  // directory leases (dirlease.go), while leading
+	files       *fileLeases // file leases (filelease.go), while leading
+	acks        *leaseAcks  // what their holders took in (leaseacks.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -163,6 +165,7 @@ func Start(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(), leases: newDirLeases(),
+		files: newFileLeases(), acks: newLeaseAcks(),
 		fences:  fence.NewLog(fence.DefaultKeep),
 		flaps:   &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
 		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
@@ -218,7 +221,10 @@ func (s *Service) takeOver() error {
 			return fmt.Errorf("creating the root directory: %w", err)
 		}
 	}
-	s.leases.reset(time.Now())
+	now := time.Now()
+	s.leases.reset(now)
+	s.files.reset(now)
+	s.acks.reset()
 	s.leaderSince.Store(time.Now().UnixNano())
 	s.serving.Store(true)
 	return nil
@@ -298,6 +304,9 @@ func (s *Service) proposeAt(op uint16, payload func(*wire.Enc)) ([]byte, uint64,
 	res, _ := f.Response().(*result)
 	if res == nil {
 		return nil, 0, rpc.Errorf(syscall.EIO, "raft returned no result")
+	}
+	if len(res.files) > 0 {
+		s.afterFileChange(res.files, res.session, f.Index())
 	}
 	return res.reply, f.Index(), res.err
 }

@@ -87,10 +87,15 @@ type tx struct {
 	// changes lists the inodes and entries the command wrote, for the
 	// clients watching the namespace (see events.go).
 	changes []proto.ChangeEvent
-	// session is the client session whose request this is, when it says
-	// (create, link, unlink, rename): its changes to directory entries
-	// carry it, so that it can tell them from others' (dirlease.go).
+	// session is the client session whose request this is, when it says:
+	// its changes carry it, so that it can tell them from others'
+	// (dirlease.go, filelease.go).
 	session uint64
+	// files lists the regular files the command changed that existed
+	// before it (a new one cannot be leased yet), whose leases the
+	// leader ends before it answers (filelease.go).
+	files   []uint64
+	created uint64 // the inode the command made, if any
 }
 
 func (t *tx) inode(ino uint64) (*inodeRec, error) { return loadInode(t.b, ino) }
@@ -105,6 +110,20 @@ func (t *tx) putInode(r *inodeRec) {
 	r.Version = t.index
 	t.b.Set(inoKey(r.Ino), r.marshal(), nil)
 	t.changed(r.Ino, 0, "")
+	t.fileChanged(r)
+}
+
+// fileChanged notes a change to r for the file leases.
+func (t *tx) fileChanged(r *inodeRec) {
+	if !r.isReg() || r.Ino == t.created {
+		return
+	}
+	for _, f := range t.files {
+		if f == r.Ino {
+			return
+		}
+	}
+	t.files = append(t.files, r.Ino)
 }
 
 func (t *tx) putDent(parent uint64, name string, ino uint64, mode uint32) {
@@ -125,11 +144,7 @@ func (t *tx) changed(ino, parent uint64, name string) {
 			return
 		}
 	}
-	ev := proto.ChangeEvent{Index: t.index, Ino: ino, Parent: parent, Name: name}
-	if parent != 0 {
-		ev.Session = t.session
-	}
-	t.changes = append(t.changes, ev)
+	t.changes = append(t.changes, proto.ChangeEvent{Index: t.index, Ino: ino, Parent: parent, Name: name, Session: t.session})
 }
 
 func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
@@ -140,6 +155,7 @@ func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
 func (t *tx) dropInode(r *inodeRec) {
 	t.b.Delete(inoKey(r.Ino), nil)
 	t.changed(r.Ino, 0, "")
+	t.fileChanged(r)
 	// Point deletes, not a range tombstone: most inodes have no xattrs,
 	// and piles of range tombstones slow every later read.
 	lo := xattrKey(r.Ino, "")

@@ -1,0 +1,220 @@
+package meta
+
+import (
+	"sync"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/wire"
+)
+
+// File leases, the leader's side (the contract is in proto/lease.go): a
+// client holding one opens the file without a call, so every change to
+// a regular file is answered only once the other holders have let go.
+//
+// The table lives in the leader's memory only, like the directory
+// leases'. A lease ends FileLeaseMs after the later of its grant and its
+// session's last watch request, and FileLeaseLifeMs after its grant at
+// the latest; a new leader waits one term before answering changes to
+// files, for the leases of its predecessor.
+
+const (
+	fileTerm = proto.FileLeaseMs * time.Millisecond
+	fileLife = proto.FileLeaseLifeMs * time.Millisecond
+)
+
+type fileLeases struct {
+	mu       sync.Mutex
+	held     map[uint64]map[uint64]time.Time // file → session → granted
+	count    map[uint64]int                  // session → leases held
+	renewed  map[uint64]time.Time            // session → its last watch request
+	quiet    map[uint64]time.Time            // file → no grant before
+	fenceEnd time.Time
+	sweptAt  time.Time
+}
+
+func newFileLeases() *fileLeases {
+	l := &fileLeases{}
+	l.reset(time.Time{})
+	return l
+}
+
+// reset forgets every lease; one granted before now by another leader
+// may last until now+fileTerm.
+func (l *fileLeases) reset(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = map[uint64]map[uint64]time.Time{}
+	l.count = map[uint64]int{}
+	l.renewed = map[uint64]time.Time{}
+	l.quiet = map[uint64]time.Time{}
+	l.fenceEnd = now.Add(fileTerm)
+}
+
+// end is when session's lease granted at granted runs out.
+func (l *fileLeases) end(session uint64, granted time.Time) time.Time {
+	return minTime(granted.Add(fileLife), later(granted, l.renewed[session]).Add(fileTerm))
+}
+
+// grant gives session a lease on file, unless the file was revoked
+// lately or the session holds the most it may.
+func (l *fileLeases) grant(file, session uint64, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweepLocked(now)
+	if session == 0 || now.Before(l.quiet[file]) {
+		return false
+	}
+	holders := l.held[file]
+	if _, renewing := holders[session]; !renewing {
+		if l.count[session] >= proto.MaxFileLeases {
+			return false
+		}
+		if holders == nil {
+			holders = map[uint64]time.Time{}
+			l.held[file] = holders
+		}
+		l.count[session]++
+	}
+	holders[session] = now
+	return true
+}
+
+// renew records a watch request of session: all its leases run
+// fileTerm from now.
+func (l *fileLeases) renew(session uint64, now time.Time) {
+	if session == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.count[session] > 0 {
+		l.renewed[session] = now
+	}
+}
+
+// revoke ends the leases sessions other than by hold on files, and
+// returns them, with the wait for an earlier leader's leases.
+func (l *fileLeases) revoke(files []uint64, by uint64, now time.Time) []revoked {
+	if len(files) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := fenceWait(l.fenceEnd, now)
+	for _, f := range files {
+		for session, granted := range l.held[f] {
+			if session == by {
+				continue
+			}
+			end := l.end(session, granted) // before the drop forgets its renewal
+			l.dropLocked(f, session)
+			if now.Before(end) {
+				out = append(out, revoked{session, end})
+				l.quiet[f] = now.Add(leaseQuiet)
+			}
+		}
+	}
+	return out
+}
+
+func (l *fileLeases) dropLocked(file, session uint64) {
+	if _, ok := l.held[file][session]; !ok {
+		return
+	}
+	delete(l.held[file], session)
+	if len(l.held[file]) == 0 {
+		delete(l.held, file)
+	}
+	if l.count[session]--; l.count[session] == 0 {
+		delete(l.count, session)
+		delete(l.renewed, session)
+	}
+}
+
+// counts reports the live leases and the files they are on.
+func (l *fileLeases) counts(now time.Time) (leases, files int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, holders := range l.held {
+		live := 0
+		for s, granted := range holders {
+			if now.Before(l.end(s, granted)) {
+				live++
+			}
+		}
+		leases += live
+		if live > 0 {
+			files++
+		}
+	}
+	return leases, files
+}
+
+// sweepLocked forgets ended leases and quiet periods, at most once per
+// fileTerm.
+func (l *fileLeases) sweepLocked(now time.Time) {
+	if now.Sub(l.sweptAt) < fileTerm {
+		return
+	}
+	l.sweptAt = now
+	for f, holders := range l.held {
+		for s, granted := range holders {
+			if !now.Before(l.end(s, granted)) {
+				l.dropLocked(f, s)
+			}
+		}
+	}
+	for f, until := range l.quiet {
+		if !now.Before(until) {
+			delete(l.quiet, f)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// fileLease serves proto.OpFileLease: the inode, with a lease on it when
+// it is a regular file and the session may have one.
+func (s *Service) fileLease(r *proto.InoReq, out *wire.Enc) error {
+	db := s.fsm.db
+	n, err := loadInode(db, r.Ino)
+	if err != nil {
+		return err
+	}
+	var reply proto.FileLeaseReply
+	// As for directories, the lease is registered before the inode is
+	// read again: a change applied later is revoked, one applied
+	// earlier is in what is read.
+	if n.isReg() && s.files.grant(r.Ino, r.Session, time.Now()) {
+		reply.Granted = true
+		reply.Index = s.fsm.events.appliedIndex()
+		if n, err = loadInode(db, r.Ino); err != nil {
+			s.files.drop(r.Ino, r.Session)
+			return err
+		}
+	}
+	reply.Inode = n.Inode
+	reply.Encode(out)
+	return nil
+}
+
+// drop ends session's lease on file (a grant that could not be completed).
+func (l *fileLeases) drop(file, session uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropLocked(file, session)
+}
+
+// afterFileChange runs once a command that changed regular files is
+// applied at index, before it is answered: it waits until every other
+// session holding a lease on them has taken the change in (or its lease
+// has ended).
+func (s *Service) afterFileChange(files []uint64, by, index uint64) {
+	s.acks.wait(s.files.revoke(files, by, time.Now()), index, s.stop)
+}
