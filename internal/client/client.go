@@ -66,10 +66,11 @@ type Client struct {
 	files   map[uint64]*fileState
 	locks   lockBook // owners that may hold file locks (locks.go)
 
-	ns        nsCache       // inodes and entries learnt, kept current by watchLoop
-	leases    *leaseTable   // directories this client knows every name of (leases.go)
-	metaCalls atomic.Uint64 // calls to the metadata service, watches aside
-	inv       atomic.Pointer[Invalidator]
+	ns         nsCache         // inodes and entries learnt, kept current by watchLoop
+	leases     *leaseTable     // directories this client knows every name of (leases.go)
+	fileLeases *fileLeaseTable // files this client opens without asking (fileleases.go)
+	metaCalls  atomic.Uint64   // calls to the metadata service, watches aside
+	inv        atomic.Pointer[Invalidator]
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -86,12 +87,13 @@ func New(cfg Config) (*Client, error) {
 	var sid [8]byte
 	rand.Read(sid[:])
 	c := &Client{
-		cfg:     cfg,
-		session: binary.LittleEndian.Uint64(sid[:]) | 1,
-		storage: map[string]*rpc.Client{},
-		files:   map[uint64]*fileState{},
-		leases:  newLeaseTable(),
-		stop:    make(chan struct{}),
+		cfg:        cfg,
+		session:    binary.LittleEndian.Uint64(sid[:]) | 1,
+		storage:    map[string]*rpc.Client{},
+		files:      map[uint64]*fileState{},
+		leases:     newLeaseTable(),
+		fileLeases: newFileLeaseTable(),
+		stop:       make(chan struct{}),
 	}
 	for _, addr := range strings.Split(cfg.MetaAddr, ",") {
 		if addr = strings.TrimSpace(addr); addr != "" {

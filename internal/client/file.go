@@ -356,7 +356,7 @@ func (c *Client) commit(st *fileState) error {
 	if !st.dirty {
 		return nil
 	}
-	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote}
+	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
 	if err != nil {
 		return err
@@ -370,7 +370,7 @@ func (c *Client) commit(st *fileState) error {
 // writeInline writes into an inline file's bytes in the metadata.
 // st.mu is held.
 func (c *Client) writeInline(st *fileState, off uint64, data []byte) error {
-	r := proto.WriteInlineReq{Ino: st.ino, Off: off, Data: data}
+	r := proto.WriteInlineReq{Ino: st.ino, Off: off, Data: data, Session: c.session}
 	np, err := c.inodeCall(proto.OpWriteInline, r.Encode)
 	if err != nil {
 		return err
@@ -389,7 +389,7 @@ func (c *Client) writeInline(st *fileState, off uint64, data []byte) error {
 // copy dropped, so a crash at any point loses nothing. st.mu is held.
 func (c *Client) uninline(st *fileState) error {
 	var n proto.Inode
-	r := proto.UninlineReq{Ino: st.ino, AssignOnly: true}
+	r := proto.UninlineReq{Ino: st.ino, AssignOnly: true, Session: c.session}
 	if err := c.metaCall(proto.OpUninline, r.Encode, decodeInode(&n)); err != nil {
 		return err
 	}

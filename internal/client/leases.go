@@ -46,6 +46,12 @@ type leaseTable struct {
 	refused map[uint64]time.Time // directory → no request before
 	misses  map[uint64]time.Time // directory → last name found missing
 	names   int                  // over all leases
+	// seen holds the index of the last change by others seen to each
+	// directory (below seenFloor, not known): the lease on a directory
+	// this client made must not start before such a change, whose notice
+	// can come before the reply to the mkdir.
+	seen      map[uint64]uint64
+	seenFloor uint64
 }
 
 type dirLease struct {
@@ -69,7 +75,7 @@ type ownChange struct {
 
 func newLeaseTable() *leaseTable {
 	return &leaseTable{dirs: map[uint64]*dirLease{}, pending: map[uint64]*pendingLease{},
-		refused: map[uint64]time.Time{}, misses: map[uint64]time.Time{}}
+		refused: map[uint64]time.Time{}, misses: map[uint64]time.Time{}, seen: map[uint64]uint64{}}
 }
 
 // absent reports whether a lease on dir says name is not there.
@@ -182,6 +188,9 @@ func (t *leaseTable) own(dir uint64, c ownChange, extended bool, sent time.Time)
 func (t *leaseTable) newDir(dir, index uint64, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if index < t.seenFloor || t.seen[dir] > index {
+		return // someone put a name in it already
+	}
 	t.install(dir, &dirLease{names: map[string]struct{}{}, until: sent.Add(leaseTrust), from: index})
 }
 
@@ -192,6 +201,11 @@ func (t *leaseTable) foreign(dir, index uint64) bool {
 	defer t.mu.Unlock()
 	if p := t.pending[dir]; p != nil {
 		p.foreign = max(p.foreign, index)
+	}
+	t.seen[dir] = max(t.seen[dir], index)
+	if len(t.seen) > cacheMax {
+		clear(t.seen)
+		t.seenFloor = max(t.seenFloor, index)
 	}
 	l := t.dirs[dir]
 	if l == nil || index <= l.from {
@@ -276,15 +290,23 @@ func (c *Client) missed(dir uint64) {
 }
 
 // watched takes in the changes of a watch reply (after the namespace
-// cache did): others' changes end leases. It reports whether one ended,
-// in which case the leader waits for this client's next watch request.
+// cache did): others' changes end directory and file leases. It reports
+// whether one ended, in which case the leader waits for this client's
+// next watch request.
 func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 	if forgetAll {
 		c.leases.clear()
+		c.fileLeases.clear(r.Upto)
 	}
 	for i := range r.Events {
 		ev := &r.Events[i]
-		if ev.Parent != 0 && ev.Session != c.session && c.leases.foreign(ev.Parent, ev.Index) {
+		if ev.Session == c.session || ev.MapChanged() {
+			continue
+		}
+		if ev.Parent != 0 && c.leases.foreign(ev.Parent, ev.Index) {
+			ended = true
+		}
+		if ev.Parent == 0 && c.fileLeases.foreignChange(ev.Ino, ev.Index) {
 			ended = true
 		}
 	}

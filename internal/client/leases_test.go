@@ -114,3 +114,19 @@ func TestWhatHappensWhileALeaseIsAskedFor(t *testing.T) {
 	tab.granted(dir, reply, true, now)
 	wantAbsent(t, tab, "y", now, false)
 }
+
+func TestANewDirectoryChangedByOthersBeforeTheReplyGetsNoLease(t *testing.T) {
+	tab := newLeaseTable()
+	now := time.Now()
+	// The notice of another client's create in the new directory (at
+	// 12) came before the reply to the mkdir (at 10) that granted it.
+	tab.foreign(dir, 12)
+	tab.newDir(dir, 10, now)
+	if tab.held(now) != 0 {
+		t.Fatal("a lease was taken on a directory another client had already changed")
+	}
+	tab.newDir(dir+1, 10, now)
+	if tab.held(now) != 1 {
+		t.Fatal("no lease on a new directory nobody else changed")
+	}
+}

@@ -82,6 +82,9 @@ func (c *Client) entryCall(op uint16, parent uint64, name string, enc func(*wire
 	if flags&proto.LeaseNewDir != 0 {
 		c.leases.newDir(r.Inode.Ino, r.Inode.Version, sent)
 	}
+	if flags&proto.LeaseNewFile != 0 {
+		c.fileLeases.install(r.Inode.Ino, r.Inode.Version, r.Inode.Version, sent)
+	}
 	return &r.Inode, nil
 }
 
@@ -247,7 +250,7 @@ func (c *Client) SetXattr(ino uint64, name string, value []byte, flags uint32) e
 	}
 	c.forgetCapability(ino)
 	defer c.ns.dropInode(ino) // ctime moves
-	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags}
+	r := proto.XattrReq{Ino: ino, Name: name, Value: value, Flags: flags, Session: c.session}
 	return c.metaCall(proto.OpSetXattr, r.Encode, nil)
 }
 
@@ -269,7 +272,7 @@ func (c *Client) ListXattr(ino uint64) ([]string, error) {
 func (c *Client) RemoveXattr(ino uint64, name string) error {
 	c.forgetCapability(ino)
 	defer c.ns.dropInode(ino)
-	r := proto.XattrReq{Ino: ino, Name: name}
+	r := proto.XattrReq{Ino: ino, Name: name, Session: c.session}
 	return c.metaCall(proto.OpRemoveXattr, r.Encode, nil)
 }
 
@@ -295,6 +298,7 @@ func (c *Client) Status() (*proto.StatusReply, error) {
 // SetAttr changes attributes. A size change is applied to the file's data
 // first (see Truncate), then recorded in the metadata.
 func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
+	r.Session = c.session
 	if r.Valid&proto.SetSize != 0 {
 		if err := c.truncateData(r.Ino, r.Size); err != nil {
 			return nil, err

@@ -139,6 +139,15 @@ func (c *nsCache) getInode(ino uint64) (proto.Inode, bool) {
 	return e.n, true
 }
 
+// peekInode returns the cached inode ino however old: for a file lease
+// to vouch for (fileleases.go).
+func (c *nsCache) peekInode(ino uint64) (proto.Inode, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.inodes[ino]
+	return e.n, ok
+}
+
 func (c *nsCache) dropInode(ino uint64) {
 	c.mu.Lock()
 	c.deleteInodeLocked(ino)

@@ -28,6 +28,12 @@ func (c *Client) watchLoop() {
 	for ctx.Err() == nil {
 		req := c.ns.watchReq()
 		req.Session = c.session
+		if c.fileLeases.count() > 0 {
+			// Answered soon enough to renew the file leases
+			// before they end (proto/lease.go).
+			req.WaitMs = proto.FileLeaseWatchMs
+		}
+		sent := time.Now()
 		var reply proto.WatchReply
 		// A leader that hangs must not hold the watch for the RPC
 		// timeout: past watchHealthy the watch counts as lost, and the
@@ -38,6 +44,7 @@ func (c *Client) watchLoop() {
 		pause := watchBatch
 		if err != nil {
 			c.leases.clear()
+			c.fileLeases.clear(^uint64(0))
 			if c.ns.lost() {
 				c.invalidator().InvalidateAll()
 			}
@@ -49,6 +56,10 @@ func (c *Client) watchLoop() {
 			// next request, which tells the leader it is taken in.
 			if c.watched(&reply, all) || len(reply.Events) == 0 && !reply.Lost {
 				pause = 0
+			}
+			if !all {
+				c.fileLeases.resumed(reply.Upto)
+				c.fileLeases.renewed(sent)
 			}
 		}
 		select {

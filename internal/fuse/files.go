@@ -36,13 +36,14 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	return gofuse.OK
 }
 
-// Open asks the metadata service for the file's current size and layout
-// even when the client has them cached: close-to-open consistency, as
-// NFS's default. A job whose rank 0 writes and closes a file before a
-// barrier reads it whole on every other rank after the barrier, even
-// before the notice of the change reaches their clients.
+// Open takes the file's current size and layout from the metadata
+// service, or from the client's cache when a file lease vouches for them:
+// close-to-open consistency, as NFS's default. A job whose rank 0 writes
+// and closes a file before a barrier reads it whole on every other rank
+// after the barrier, even before the notice of the change reaches their
+// clients.
 func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
-	n, err := fs.c.FreshAttr(in.NodeId)
+	n, err := fs.c.OpenAttr(in.NodeId)
 	if err != nil {
 		return status(err)
 	}

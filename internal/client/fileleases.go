@@ -1,0 +1,175 @@
+package client
+
+import (
+	"sync"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/wire"
+)
+
+// File leases, the client's side (the contract is in proto/lease.go): a
+// file this client holds a lease on is opened with the attributes in the
+// namespace cache, without a call to the metadata service.
+//
+// A lease must never cover a change by another session. So:
+//   - a lease is granted as of a change index (from): a change by
+//     another session after it, seen on the watch, ends the lease, and
+//     one seen before the grant's reply arrived refuses the grant (the
+//     leader waits for this client's watch to pass such a change before
+//     answering it);
+//   - the watch renews every lease; a lease is trusted for nine tenths of
+//     its term counted from when the last answered watch request (or the
+//     grant's request) was sent, and nine tenths of its life;
+//   - a broken or lost watch ends every lease, and refuses grants whose
+//     replies are still on their way.
+// The cached inode used must be at least as new as the one granted with.
+
+const (
+	fileLeaseTrust = proto.FileLeaseMs * time.Millisecond * 9 / 10
+	fileLeaseLife  = proto.FileLeaseLifeMs * time.Millisecond * 9 / 10
+)
+
+type fileLeaseTable struct {
+	mu   sync.Mutex
+	held map[uint64]fileLease
+	// foreign holds the index of the last change by another session
+	// seen to each file; below floor, such changes are not known (the
+	// record was emptied, or the watch broke), so no grant as of an
+	// earlier index is taken.
+	foreign   map[uint64]uint64
+	floor     uint64
+	renewSent time.Time // when the last answered watch request was sent
+}
+
+type fileLease struct {
+	sent    time.Time // when the request that got it was sent
+	from    uint64    // the change index it was granted as of
+	version uint64    // the inode's version then
+}
+
+func newFileLeaseTable() *fileLeaseTable {
+	return &fileLeaseTable{held: map[uint64]fileLease{}, foreign: map[uint64]uint64{}}
+}
+
+// install takes a lease on ino granted as of index from (the inode then
+// at version) by a request sent at sent, unless a change by another
+// session after from is known or may have been missed.
+func (t *fileLeaseTable) install(ino, from, version uint64, sent time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if from < t.floor || t.foreign[ino] > from {
+		return false
+	}
+	if len(t.held) >= proto.MaxFileLeases {
+		clear(t.held)
+	}
+	t.held[ino] = fileLease{sent: sent, from: from, version: version}
+	return true
+}
+
+// valid reports whether this client holds a live lease on ino, and the
+// inode version it was granted with.
+func (t *fileLeaseTable) valid(ino uint64, now time.Time) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.held[ino]
+	if !ok {
+		return 0, false
+	}
+	end := minTime(l.sent.Add(fileLeaseLife), later(l.sent, t.renewSent).Add(fileLeaseTrust))
+	return l.version, now.Before(end)
+}
+
+// foreignChange takes in a change to ino by another session at index,
+// and reports whether it ended a lease.
+func (t *fileLeaseTable) foreignChange(ino, index uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.foreign[ino] = max(t.foreign[ino], index)
+	if len(t.foreign) > cacheMax {
+		clear(t.foreign)
+		t.floor = max(t.floor, index)
+	}
+	l, ok := t.held[ino]
+	if !ok || index <= l.from {
+		return false
+	}
+	delete(t.held, ino)
+	return true
+}
+
+// renewed records that a watch request sent at sent was answered, on the
+// stream the leases were granted on: it renewed them all.
+func (t *fileLeaseTable) renewed(sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.renewSent = later(t.renewSent, sent)
+}
+
+// clear ends every lease: the watch broke (changes may be missed until
+// index floor; ^0 while not known) or was lost.
+func (t *fileLeaseTable) clear(floor uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.held)
+	clear(t.foreign)
+	t.floor, t.renewSent = floor, time.Time{}
+}
+
+// resumed sets the floor once the watch answers again: changes before
+// index upto may have been missed.
+func (t *fileLeaseTable) resumed(upto uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.floor == ^uint64(0) {
+		t.floor = upto
+	}
+}
+
+// count is the number of leases held, live or not.
+func (t *fileLeaseTable) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.held)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// OpenAttr returns inode ino's current attributes for an open (with this
+// client's unflushed writes applied): from the namespace cache when a
+// file lease vouches for them, otherwise from the leader, asking for a
+// lease.
+func (c *Client) OpenAttr(ino uint64) (*proto.Inode, error) {
+	if version, ok := c.fileLeases.valid(ino, time.Now()); ok {
+		if n, ok := c.ns.peekInode(ino); ok && n.Version >= version {
+			c.overlay(&n)
+			return &n, nil
+		}
+	}
+	if !c.ns.watching() {
+		return c.FreshAttr(ino)
+	}
+	wm := c.ns.watermark()
+	sent := time.Now()
+	r := proto.InoReq{Ino: ino, Session: c.session}
+	var reply proto.FileLeaseReply
+	if err := c.metaCall(proto.OpFileLease, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil }); err != nil {
+		return nil, err
+	}
+	n := &reply.Inode
+	c.ns.putInode(n, wm)
+	if reply.Granted {
+		c.fileLeases.install(ino, reply.Index, n.Version, sent)
+	}
+	c.overlay(n)
+	return n, nil
+}
+
+// FileLeases is the number of file leases this client holds.
+func (c *Client) FileLeases() int { return c.fileLeases.count() }
