@@ -168,3 +168,36 @@ func TestANameMadeThroughAnotherMountIsFoundDespiteLeases(t *testing.T) {
 		}
 	}
 }
+
+// A mount opens a file it holds a lease on without asking the metadata
+// service, yet a file closed through another mount is read whole the
+// moment the other mount's close returns (close-to-open, as MPI ranks
+// rely on across a barrier): the close is answered only once the lease
+// holder let go.
+func TestAFileClosedThroughAnotherMountIsReadWholeDespiteLeases(t *testing.T) {
+	c := testcluster.Start(t)
+	a := c.Mount()
+	b := secondMount(t, c)
+	time.Sleep(300 * time.Millisecond) // both watches live
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("f%d", i)
+		// Made and read through a: a holds a lease on it.
+		if err := os.WriteFile(filepath.Join(a, name), []byte("short"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if data, err := os.ReadFile(filepath.Join(a, name)); err != nil || string(data) != "short" {
+				t.Fatalf("%s read through the mount that wrote it: %q, %v", name, data, err)
+			}
+		}
+		// Rewritten through b, longer each round (inline, then on the
+		// storage targets).
+		want := bytes.Repeat([]byte{byte('a' + i)}, 1000*(i+1)*(i+1))
+		if err := os.WriteFile(filepath.Join(b, name), want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if data, err := os.ReadFile(filepath.Join(a, name)); err != nil || !bytes.Equal(data, want) {
+			t.Fatalf("%s just closed through the other mount: read %d bytes (%v), want %d", name, len(data), err, len(want))
+		}
+	}
+}

@@ -180,6 +180,8 @@ type statusJSON struct {
 		LockedFiles uint32        `json:"locked_files"`
 		DirLeases   uint32        `json:"dir_leases"`
 		LeasedDirs  uint32        `json:"leased_dirs"`
+		FileLeases  uint32        `json:"file_leases"`
+		LeasedFiles uint32        `json:"leased_files"`
 		Replicas    []replicaJSON `json:"replicas"`
 	} `json:"meta"`
 	Servers []serverJSON `json:"servers"`
@@ -245,6 +247,7 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
 	j.Meta.FileLocks, j.Meta.LockedFiles = st.Locks, st.LockedFiles
 	j.Meta.DirLeases, j.Meta.LeasedDirs = st.DirLeases, st.LeasedDirs
+	j.Meta.FileLeases, j.Meta.LeasedFiles = st.FileLeases, st.LeasedFiles
 	j.Healthy = st.RaftState == "Leader" && len(st.Map.Targets) > 0
 	for _, r := range reps {
 		if r.State != "leader" && r.State != "follower" {
@@ -367,8 +370,9 @@ func printStatus(j *statusJSON) {
 	}
 	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
 		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
-	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files  directory leases %d on %d directories\n",
-		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles, j.Meta.DirLeases, j.Meta.LeasedDirs)
+	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files  directory leases %d on %d directories  file leases %d on %d files\n",
+		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles, j.Meta.DirLeases, j.Meta.LeasedDirs,
+		j.Meta.FileLeases, j.Meta.LeasedFiles)
 	if len(j.Meta.Replicas) > 1 {
 		var rs []string
 		for _, r := range j.Meta.Replicas {
