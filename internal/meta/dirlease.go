@@ -120,19 +120,35 @@ func (l *dirLeases) revoke(dirs []uint64, by uint64, now time.Time) []revoked {
 func (l *dirLeases) count(now time.Time) (leases, dirs int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, holders := range l.held {
+	return countLive(l.held, func(_ uint64, end time.Time) time.Time { return end }, now)
+}
+
+// countLive counts the leases in held (lease holder → session → a time
+// end turns into when the lease ends) that are live at now, and the
+// holders with at least one.
+func countLive(held map[uint64]map[uint64]time.Time, end func(session uint64, t time.Time) time.Time, now time.Time) (leases, holders int) {
+	for _, sessions := range held {
 		live := 0
-		for _, end := range holders {
-			if now.Before(end) {
+		for s, t := range sessions {
+			if now.Before(end(s, t)) {
 				live++
 			}
 		}
 		leases += live
 		if live > 0 {
-			dirs++
+			holders++
 		}
 	}
-	return leases, dirs
+	return leases, holders
+}
+
+// sweepQuiet forgets the quiet periods that are over.
+func sweepQuiet(quiet map[uint64]time.Time, now time.Time) {
+	for k, until := range quiet {
+		if !now.Before(until) {
+			delete(quiet, k)
+		}
+	}
 }
 
 // sweepLocked forgets ended leases and quiet periods, at most once per
@@ -152,11 +168,7 @@ func (l *dirLeases) sweepLocked(now time.Time) {
 			delete(l.held, d)
 		}
 	}
-	for d, until := range l.quiet {
-		if !now.Before(until) {
-			delete(l.quiet, d)
-		}
-	}
+	sweepQuiet(l.quiet, now)
 }
 
 // dirLease serves proto.OpDirLease: a lease and the directory's names, or

@@ -136,19 +136,7 @@ func (l *fileLeases) dropLocked(file, session uint64) {
 func (l *fileLeases) counts(now time.Time) (leases, files int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, holders := range l.held {
-		live := 0
-		for s, granted := range holders {
-			if now.Before(l.end(s, granted)) {
-				live++
-			}
-		}
-		leases += live
-		if live > 0 {
-			files++
-		}
-	}
-	return leases, files
+	return countLive(l.held, l.end, now)
 }
 
 // sweepLocked forgets ended leases and quiet periods, at most once per
@@ -165,11 +153,7 @@ func (l *fileLeases) sweepLocked(now time.Time) {
 			}
 		}
 	}
-	for f, until := range l.quiet {
-		if !now.Before(until) {
-			delete(l.quiet, f)
-		}
-	}
+	sweepQuiet(l.quiet, now)
 }
 
 func minTime(a, b time.Time) time.Time {
