@@ -86,8 +86,8 @@ func (r *DirLeaseReply) Decode(d *wire.Dec) {
 //
 // Unlike a directory lease, a file lease is renewed by the holder's watch:
 // every watch request (proto.WatchReq) renews all the leases of its
-// session, so a client that keeps a file open, or opens it again and
-// again, never asks for it. A lease lasts FileLeaseMs past the later of
+// session, so a client that opens a file again and again asks for it
+// about once a minute (FileLeaseLifeMs). A lease lasts FileLeaseMs past the later of
 // its grant and the session's last watch request, and no longer than
 // FileLeaseLifeMs after its grant. The holder counts from when it sent
 // the requests, trusts nine tenths, and asks the leader to hold its watch
