@@ -27,15 +27,13 @@ const leaseTerm = proto.DirLeaseMs * time.Millisecond
 const leaseQuiet = 2 * time.Second
 
 type dirLeases struct {
-	mu       sync.Mutex
-	held     map[uint64]map[uint64]time.Time // directory → session → end
-	quiet    map[uint64]time.Time            // directory → no grant before
-	fenceEnd time.Time                       // leases of an earlier leader end by then
-	sweptAt  time.Time
+	mu  sync.Mutex
+	set leaseSet // stored with each lease: when it ends
 }
 
 func newDirLeases() *dirLeases {
 	l := &dirLeases{}
+	l.set.end = func(_ uint64, end time.Time) time.Time { return end }
 	l.reset(time.Time{})
 	return l
 }
@@ -45,23 +43,18 @@ func newDirLeases() *dirLeases {
 func (l *dirLeases) reset(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.held = map[uint64]map[uint64]time.Time{}
-	l.quiet = map[uint64]time.Time{}
-	l.fenceEnd = now.Add(leaseTerm)
+	l.set.reset(now, leaseTerm)
 }
 
 // grant gives session a lease on dir, unless dir was revoked lately.
 func (l *dirLeases) grant(dir, session uint64, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sweepLocked(now)
-	if session == 0 || now.Before(l.quiet[dir]) {
+	l.set.sweep(now, leaseTerm)
+	if !l.set.grantable(dir, session, now) {
 		return false
 	}
-	if l.held[dir] == nil {
-		l.held[dir] = map[uint64]time.Time{}
-	}
-	l.held[dir][session] = now.Add(leaseTerm)
+	l.set.put(dir, session, now.Add(leaseTerm))
 	return true
 }
 
@@ -69,10 +62,7 @@ func (l *dirLeases) grant(dir, session uint64, now time.Time) bool {
 func (l *dirLeases) drop(dir, session uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.held[dir], session)
-	if len(l.held[dir]) == 0 {
-		delete(l.held, dir)
-	}
+	l.set.remove(dir, session)
 }
 
 // extend renews the leases session holds on every one of dirs, and
@@ -82,12 +72,12 @@ func (l *dirLeases) extend(dirs []uint64, session uint64, now time.Time) bool {
 	defer l.mu.Unlock()
 	all := session != 0
 	for _, d := range dirs {
-		end, ok := l.held[d][session]
+		end, ok := l.set.held[d][session]
 		if !ok || !now.Before(end) {
 			all = false
 			continue
 		}
-		l.held[d][session] = now.Add(leaseTerm)
+		l.set.held[d][session] = now.Add(leaseTerm)
 	}
 	return all
 }
@@ -97,78 +87,14 @@ func (l *dirLeases) extend(dirs []uint64, session uint64, now time.Time) bool {
 func (l *dirLeases) revoke(dirs []uint64, by uint64, now time.Time) []revoked {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := fenceWait(l.fenceEnd, now)
-	for _, d := range dirs {
-		for session, end := range l.held[d] {
-			if session == by {
-				continue
-			}
-			delete(l.held[d], session)
-			if now.Before(end) {
-				out = append(out, revoked{session, end})
-				l.quiet[d] = now.Add(leaseQuiet)
-			}
-		}
-		if len(l.held[d]) == 0 {
-			delete(l.held, d)
-		}
-	}
-	return out
+	return l.set.revoke(dirs, by, now)
 }
 
 // count reports the leases held and the directories they are on.
 func (l *dirLeases) count(now time.Time) (leases, dirs int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return countLive(l.held, func(_ uint64, end time.Time) time.Time { return end }, now)
-}
-
-// countLive counts the leases in held (lease holder → session → a time
-// end turns into when the lease ends) that are live at now, and the
-// holders with at least one.
-func countLive(held map[uint64]map[uint64]time.Time, end func(session uint64, t time.Time) time.Time, now time.Time) (leases, holders int) {
-	for _, sessions := range held {
-		live := 0
-		for s, t := range sessions {
-			if now.Before(end(s, t)) {
-				live++
-			}
-		}
-		leases += live
-		if live > 0 {
-			holders++
-		}
-	}
-	return leases, holders
-}
-
-// sweepQuiet forgets the quiet periods that are over.
-func sweepQuiet(quiet map[uint64]time.Time, now time.Time) {
-	for k, until := range quiet {
-		if !now.Before(until) {
-			delete(quiet, k)
-		}
-	}
-}
-
-// sweepLocked forgets ended leases and quiet periods, at most once per
-// leaseTerm.
-func (l *dirLeases) sweepLocked(now time.Time) {
-	if now.Sub(l.sweptAt) < leaseTerm {
-		return
-	}
-	l.sweptAt = now
-	for d, holders := range l.held {
-		for s, end := range holders {
-			if !now.Before(end) {
-				delete(holders, s)
-			}
-		}
-		if len(holders) == 0 {
-			delete(l.held, d)
-		}
-	}
-	sweepQuiet(l.quiet, now)
+	return l.set.live(now)
 }
 
 // dirLease serves proto.OpDirLease: a lease and the directory's names, or

@@ -24,17 +24,16 @@ const (
 )
 
 type fileLeases struct {
-	mu       sync.Mutex
-	held     map[uint64]map[uint64]time.Time // file → session → granted
-	count    map[uint64]int                  // session → leases held
-	renewed  map[uint64]time.Time            // session → its last watch request
-	quiet    map[uint64]time.Time            // file → no grant before
-	fenceEnd time.Time
-	sweptAt  time.Time
+	mu      sync.Mutex
+	set     leaseSet             // stored with each lease: when it was granted
+	count   map[uint64]int       // session → leases held
+	renewed map[uint64]time.Time // session → its last watch request
 }
 
 func newFileLeases() *fileLeases {
 	l := &fileLeases{}
+	l.set.end = l.end
+	l.set.removed = l.removed
 	l.reset(time.Time{})
 	return l
 }
@@ -44,11 +43,9 @@ func newFileLeases() *fileLeases {
 func (l *fileLeases) reset(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.held = map[uint64]map[uint64]time.Time{}
+	l.set.reset(now, fileTerm)
 	l.count = map[uint64]int{}
 	l.renewed = map[uint64]time.Time{}
-	l.quiet = map[uint64]time.Time{}
-	l.fenceEnd = now.Add(fileTerm)
 }
 
 // end is when session's lease granted at granted runs out.
@@ -56,27 +53,30 @@ func (l *fileLeases) end(session uint64, granted time.Time) time.Time {
 	return minTime(granted.Add(fileLife), later(granted, l.renewed[session]).Add(fileTerm))
 }
 
+// removed forgets a session's count and renewal with its last lease.
+func (l *fileLeases) removed(session uint64) {
+	if l.count[session]--; l.count[session] == 0 {
+		delete(l.count, session)
+		delete(l.renewed, session)
+	}
+}
+
 // grant gives session a lease on file, unless the file was revoked
 // lately or the session holds the most it may.
 func (l *fileLeases) grant(file, session uint64, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sweepLocked(now)
-	if session == 0 || now.Before(l.quiet[file]) {
+	l.set.sweep(now, fileTerm)
+	if !l.set.grantable(file, session, now) {
 		return false
 	}
-	holders := l.held[file]
-	if _, renewing := holders[session]; !renewing {
+	if _, renewing := l.set.held[file][session]; !renewing {
 		if l.count[session] >= proto.MaxFileLeases {
 			return false
 		}
-		if holders == nil {
-			holders = map[uint64]time.Time{}
-			l.held[file] = holders
-		}
 		l.count[session]++
 	}
-	holders[session] = now
+	l.set.put(file, session, now)
 	return true
 }
 
@@ -101,59 +101,14 @@ func (l *fileLeases) revoke(files []uint64, by uint64, now time.Time) []revoked 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := fenceWait(l.fenceEnd, now)
-	for _, f := range files {
-		for session, granted := range l.held[f] {
-			if session == by {
-				continue
-			}
-			end := l.end(session, granted) // before the drop forgets its renewal
-			l.dropLocked(f, session)
-			if now.Before(end) {
-				out = append(out, revoked{session, end})
-				l.quiet[f] = now.Add(leaseQuiet)
-			}
-		}
-	}
-	return out
-}
-
-func (l *fileLeases) dropLocked(file, session uint64) {
-	if _, ok := l.held[file][session]; !ok {
-		return
-	}
-	delete(l.held[file], session)
-	if len(l.held[file]) == 0 {
-		delete(l.held, file)
-	}
-	if l.count[session]--; l.count[session] == 0 {
-		delete(l.count, session)
-		delete(l.renewed, session)
-	}
+	return l.set.revoke(files, by, now)
 }
 
 // counts reports the live leases and the files they are on.
 func (l *fileLeases) counts(now time.Time) (leases, files int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return countLive(l.held, l.end, now)
-}
-
-// sweepLocked forgets ended leases and quiet periods, at most once per
-// fileTerm.
-func (l *fileLeases) sweepLocked(now time.Time) {
-	if now.Sub(l.sweptAt) < fileTerm {
-		return
-	}
-	l.sweptAt = now
-	for f, holders := range l.held {
-		for s, granted := range holders {
-			if !now.Before(l.end(s, granted)) {
-				l.dropLocked(f, s)
-			}
-		}
-	}
-	sweepQuiet(l.quiet, now)
+	return l.set.live(now)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -192,7 +147,7 @@ func (s *Service) fileLease(r *proto.InoReq, out *wire.Enc) error {
 func (l *fileLeases) drop(file, session uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.dropLocked(file, session)
+	l.set.remove(file, session)
 }
 
 // afterFileChange runs once a command that changed regular files is
