@@ -25,6 +25,9 @@ type chunk struct {
 	// that reads and writes need not pread it; nil otherwise. Guarded by
 	// mu; len(sums) == sumSize when set.
 	sums []byte
+	// dirtyBytes counts data written through the page cache since the
+	// last start of its writeback (writeback.go); guarded by mu.
+	dirtyBytes int64
 	// dead means the handle must not be used any more (the chunk was
 	// deleted, or a failure left its sizes unknown): holders release it
 	// and acquire a fresh one.

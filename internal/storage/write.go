@@ -127,7 +127,7 @@ func (t *Target) writeLocked(ch *chunk, off int64, p []byte, bulk bool) error {
 		// Entries written so far read {old, new} over old data: valid.
 		return t.resync(ch, err)
 	}
-	if err := writeData(ch.data, buf, ws, bulk); err != nil {
+	if err := writeData(ch, buf, ws, bulk); err != nil {
 		t.settle(ch, oldSize, first, ents, buf, ws)
 		return err
 	}
@@ -220,12 +220,16 @@ func (t *Target) settle(ch *chunk, oldSize, first int64, ents, buf []byte, ws in
 }
 
 // writeData writes buf at off of a chunk's data file; bulk writes with
-// O_DIRECT when they are large and aligned and the file can (direct.go).
-func writeData(f File, buf []byte, off int64, bulk bool) error {
-	if d, ok := f.(directWriter); ok && bulk && canWriteDirect(off, len(buf)) {
+// O_DIRECT when they are large and aligned and the file can (direct.go),
+// others through the page cache, whose writeback starts early (writeback.go).
+func writeData(ch *chunk, buf []byte, off int64, bulk bool) error {
+	if d, ok := ch.data.(directWriter); ok && bulk && canWriteDirect(off, len(buf)) {
 		_, err := d.WriteDirect(buf, off)
 		return err
 	}
-	_, err := f.WriteAt(buf, off)
-	return err
+	if _, err := ch.data.WriteAt(buf, off); err != nil {
+		return err
+	}
+	noteDirty(ch, len(buf))
+	return nil
 }
