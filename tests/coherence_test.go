@@ -201,3 +201,37 @@ func TestAFileClosedThroughAnotherMountIsReadWholeDespiteLeases(t *testing.T) {
 		}
 	}
 }
+
+// A write must drop a file's capabilities (security.capability), as on a
+// local file system. A client answers the kernel's question about them
+// itself for a file it created, so when another client sets them, the
+// change it sees on the watch must end that answer.
+func TestAWriteDropsCapabilitiesSetThroughAnotherMount(t *testing.T) {
+	c := testcluster.Start(t)
+	a := c.Mount()
+	b := secondMount(t, c)
+	f, err := os.OpenFile(filepath.Join(a, "tool"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("#!/bin/true\n")); err != nil {
+		t.Fatal(err)
+	}
+	// struct vfs_cap_data, revision 2: cap_net_raw (13) permitted.
+	capNetRaw := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := syscall.Setxattr(filepath.Join(b, "tool"), "security.capability", capNetRaw, 0); err != nil {
+		t.Fatalf("setting a capability through the other mount: %v", err)
+	}
+	buf := make([]byte, 64)
+	showsSoon(t, "capability", func() bool {
+		_, err := syscall.Getxattr(filepath.Join(a, "tool"), "security.capability", buf)
+		return err == nil
+	})
+	if _, err := f.Write([]byte("exit 0\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syscall.Getxattr(filepath.Join(b, "tool"), "security.capability", buf); !errors.Is(err, syscall.ENODATA) {
+		t.Fatalf("capability after a write: %v, want ENODATA (dropped)", err)
+	}
+}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,7 +27,11 @@ type fileState struct {
 	written map[chunkKey]struct{}
 	err     error // first error of a write-behind request
 
-	noCapability atomic.Bool // security.capability is known to be absent
+	// capAbsent: security.capability is known to be absent, as of
+	// capEpoch, which every change seen to the inode moves on
+	// (capability.go). Guarded by mu.
+	capAbsent bool
+	capEpoch  uint64
 
 	ra readahead
 

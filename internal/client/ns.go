@@ -210,16 +210,15 @@ func (c *Client) ReadDir(ino uint64, after string, limit int, plus bool) (*proto
 	return &reply, err
 }
 
-// capabilityXattr is asked for by the kernel before every write (to drop
-// file capabilities); it is answered from the open file's state after the
-// first ask, so writes do not each cost a metadata call.
-const capabilityXattr = "security.capability"
-
 // GetXattr returns an extended attribute's value.
 func (c *Client) GetXattr(ino uint64, name string) ([]byte, error) {
 	st := c.lookupState(ino)
-	if name == capabilityXattr && st != nil && st.noCapability.Load() {
+	if name == capabilityXattr && st != nil && st.capabilityAbsent() {
 		return nil, syscall.ENODATA
+	}
+	var epoch uint64
+	if st != nil {
+		epoch = st.capabilityEpoch()
 	}
 	var v []byte
 	r := proto.XattrReq{Ino: ino, Name: name}
@@ -228,16 +227,9 @@ func (c *Client) GetXattr(ino uint64, name string) ([]byte, error) {
 		return nil
 	})
 	if name == capabilityXattr && st != nil && errors.Is(err, syscall.ENODATA) {
-		st.noCapability.Store(true)
+		st.learnCapabilityAbsent(epoch)
 	}
 	return v, err
-}
-
-// forgetCapability drops the cached absence of security.capability.
-func (c *Client) forgetCapability(ino uint64) {
-	if st := c.lookupState(ino); st != nil {
-		st.noCapability.Store(false)
-	}
 }
 
 // SetXattr sets an extended attribute (flags: proto.XattrCreate/Replace).

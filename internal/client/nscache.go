@@ -148,6 +148,15 @@ func (c *nsCache) peekInode(ino uint64) (proto.Inode, bool) {
 	return e.n, ok
 }
 
+// changedSince reports whether a change to inode ino newer than version
+// has been seen on the watch, or may have been (it would be below the
+// floor, where changes are forgotten).
+func (c *nsCache) changedSince(ino, version uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return version < c.floor || c.lastIno[ino] > version
+}
+
 func (c *nsCache) dropInode(ino uint64) {
 	c.mu.Lock()
 	c.deleteInodeLocked(ino)

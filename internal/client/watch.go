@@ -46,6 +46,7 @@ func (c *Client) watchLoop() {
 			c.leases.clear()
 			c.fileLeases.clear(^uint64(0))
 			if c.ns.lost() {
+				c.forgetAllCapabilities()
 				c.invalidator().InvalidateAll()
 			}
 			pause = 100 * time.Millisecond
@@ -102,6 +103,7 @@ func (c *Client) invalidator() Invalidator {
 func (c *Client) pass(news []proto.ChangeEvent, all bool) {
 	inv := c.invalidator()
 	if all {
+		c.forgetAllCapabilities()
 		inv.InvalidateAll()
 	}
 	reload := false
@@ -109,6 +111,7 @@ func (c *Client) pass(news []proto.ChangeEvent, all bool) {
 		if ev.MapChanged() {
 			reload = true
 		} else if ev.Parent == 0 {
+			c.forgetCapability(ev.Ino)
 			inv.InvalidateInode(ev.Ino)
 		} else {
 			inv.InvalidateEntry(ev.Parent, ev.Name)

@@ -28,7 +28,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if !st.Ok() {
 		return st
 	}
-	h, err := fs.c.Open(n, in.Flags&^syscall.O_TRUNC)
+	h, err := fs.c.OpenCreated(n, in.Flags&^syscall.O_TRUNC)
 	if err != nil {
 		return status(err)
 	}
