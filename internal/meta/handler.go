@@ -54,6 +54,11 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		if err != nil {
 			return err
 		}
+		if r, ok := req.(*proto.CommitWriteReq); ok && r.Sync {
+			if err := s.syncLog(); err != nil {
+				return err
+			}
+		}
 		if r, ok := req.(*proto.RegisterServerReq); ok {
 			if err := s.afterRegistration(r, reply, existing); err != nil {
 				return err
@@ -100,12 +105,7 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.HeartbeatReq
 		return read(d, &r, func() error { return s.heartbeat(&r, out) })
 	case proto.OpSync:
-		return read(d, nil, func() error {
-			if err := s.node.store.syncNow(); err != nil {
-				return rpc.Errorf(syscall.EIO, "syncing the metadata log: %v", err)
-			}
-			return nil
-		})
+		return read(d, nil, s.syncLog)
 	case proto.OpWatch:
 		var r proto.WatchReq
 		return read(d, &r, func() error {
@@ -138,6 +138,14 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })
 	}
 	return rpc.Errorf(syscall.ENOSYS, "unknown metadata operation %d", op)
+}
+
+// syncLog makes every change so far durable on this replica's disk.
+func (s *Service) syncLog() error {
+	if err := s.node.store.syncNow(); err != nil {
+		return rpc.Errorf(syscall.EIO, "syncing the metadata log: %v", err)
+	}
+	return nil
 }
 
 // read decodes a request (msg may be nil for requests without a body),

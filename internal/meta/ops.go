@@ -441,27 +441,39 @@ func (t *tx) writeInline(r *proto.WriteInlineReq, out *wire.Enc) error {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
 	if !n.Inline {
-		return rpc.Errorf(syscall.EAGAIN, "file %d is no longer inline", r.Ino)
-	}
-	end := r.Off + uint64(len(r.Data))
-	if r.Truncate {
-		end = uint64(len(r.Data))
-	}
-	if end > uint64(t.f.inlineLimit) {
-		return rpc.Errorf(syscall.EFBIG, "inline file %d would grow to %d bytes, limit %d", r.Ino, end, t.f.inlineLimit)
+		return rpc.Errorf(proto.ErrNotInline, "file %d is no longer inline", r.Ino)
 	}
 	if r.Truncate {
-		n.InlineData = append([]byte(nil), r.Data...)
-	} else {
-		if end > uint64(len(n.InlineData)) {
-			n.InlineData = resizeBytes(n.InlineData, int(end))
+		if uint64(len(r.Data)) > uint64(t.f.inlineLimit) {
+			return rpc.Errorf(syscall.EFBIG, "inline file %d would grow to %d bytes, limit %d", r.Ino, len(r.Data), t.f.inlineLimit)
 		}
-		copy(n.InlineData[r.Off:], r.Data)
+		n.InlineData = append([]byte(nil), r.Data...)
+		n.Size = uint64(len(n.InlineData))
+	} else if err := t.applyInline(n, r.Off, r.Data); err != nil {
+		return err
 	}
-	n.Size = uint64(len(n.InlineData))
 	t.touch(n)
 	t.putInode(n)
 	n.Inode.Encode(out)
+	return nil
+}
+
+// applyInline writes data at off into inline file n, which must still be
+// inline (ErrNotInline: it moved to targets) and stay within the inline
+// limit.
+func (t *tx) applyInline(n *inodeRec, off uint64, data []byte) error {
+	if !n.Inline {
+		return rpc.Errorf(proto.ErrNotInline, "file %d is no longer inline", n.Ino)
+	}
+	end := off + uint64(len(data))
+	if end > uint64(t.f.inlineLimit) || end < off {
+		return rpc.Errorf(syscall.EFBIG, "inline file %d would grow to %d bytes, limit %d", n.Ino, end, t.f.inlineLimit)
+	}
+	if end > uint64(len(n.InlineData)) {
+		n.InlineData = resizeBytes(n.InlineData, int(end))
+	}
+	copy(n.InlineData[off:], data)
+	n.Size = uint64(len(n.InlineData))
 	return nil
 }
 
@@ -499,7 +511,15 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 	if !n.isReg() {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
-	if r.Size > n.Size {
+	for _, w := range r.Inline {
+		if err := t.applyInline(n, w.Off, w.Data); err != nil {
+			return err
+		}
+	}
+	if len(r.Inline) > 0 {
+		t.touch(n)
+	}
+	if r.Size > n.Size && !n.Inline {
 		n.Size = r.Size
 	}
 	n.Written = min(n.Written+r.Written, n.Size)

@@ -1,6 +1,11 @@
 package proto
 
-import "tandemfs/internal/wire"
+import (
+	"fmt"
+	"syscall"
+
+	"tandemfs/internal/wire"
+)
 
 // Metadata service operation codes.
 const (
@@ -421,14 +426,37 @@ func (r *UninlineReq) Decode(d *wire.Dec) {
 // CommitWriteReq records that data up to Size was written to targets at
 // time Mtime: the file grows to Size if smaller, and mtime/ctime move.
 // Written is how many bytes the client wrote since its last commit (see
-// Inode.Written).
+// Inode.Written). Inline carries the writes a client buffered to an inline
+// file since its last commit, applied in order before the size: one call
+// for all of them (the error ErrNotInline means the file is no longer
+// inline).
+// Sync makes the commit, and every change before it, durable on the
+// metadata service's disk before the reply (as OpSync): an fsync in one
+// call.
 type CommitWriteReq struct {
 	Ino     uint64
 	Size    uint64
 	Mtime   int64
 	Written uint64
 	Session uint64 // as in SetAttrReq
+	Inline  []InlineWrite
+	Sync    bool
 }
+
+// ErrNotInline is the errno of a write into an inline file that another
+// client has moved to its chains meanwhile ("wrong medium"): the writer
+// reloads the inode and writes to the chunks. Unlike EAGAIN it is not
+// retried as it stands.
+const ErrNotInline = syscall.EMEDIUMTYPE
+
+// InlineWrite is one write into an inline file: Data at Off.
+type InlineWrite struct {
+	Off  uint64
+	Data []byte
+}
+
+// maxInlineWrites bounds the writes one commit carries.
+const maxInlineWrites = MaxInline
 
 func (r *CommitWriteReq) Encode(e *wire.Enc) {
 	e.U64(r.Ino)
@@ -436,11 +464,36 @@ func (r *CommitWriteReq) Encode(e *wire.Enc) {
 	e.I64(r.Mtime)
 	e.U64(r.Written)
 	e.U64(r.Session)
+	e.U32(uint32(len(r.Inline)))
+	for _, w := range r.Inline {
+		e.U64(w.Off)
+		e.Bytes(w.Data)
+	}
+	e.Bool(r.Sync)
 }
 
 func (r *CommitWriteReq) Decode(d *wire.Dec) {
 	r.Ino, r.Size, r.Mtime, r.Written = d.U64(), d.U64(), d.I64(), d.U64()
 	r.Session = optionalSession(d)
+	if len(d.Rest()) == 0 {
+		return
+	}
+	n := d.Count(maxInlineWrites, 12)
+	if n > 0 {
+		r.Inline = make([]InlineWrite, 0, n)
+	}
+	total := 0
+	for range n {
+		w := InlineWrite{Off: d.U64(), Data: d.Bytes(MaxInline)}
+		if total += len(w.Data); total > MaxInline {
+			d.Fail(fmt.Errorf("inline writes of more than %d bytes", MaxInline))
+			return
+		}
+		r.Inline = append(r.Inline, w)
+	}
+	if len(d.Rest()) > 0 {
+		r.Sync = d.Bool()
+	}
 }
 
 // Xattr flags, as in setxattr(2).
