@@ -32,13 +32,24 @@ func TestDataSurvivesKillOfEveryProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Left open on purpose: the process dies with the file still open.
+	g, err := os.Create(filepath.Join(c.Mount(), "a", "synced-small"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncedSmall := randBytes(3000)
+	g.Write(syncedSmall[:1000]) // buffered by the client until the fsync
+	g.Write(syncedSmall[1000:])
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	os.Rename(filepath.Join(c.Mount(), "small"), filepath.Join(c.Mount(), "a", "small"))
 
 	c.Kill9()
 	f.Close()
+	g.Close()
 	c.Up()
 
-	for path, want := range map[string][]byte{"big": big, "a/small": small, "a/b/synced": synced} {
+	for path, want := range map[string][]byte{"big": big, "a/small": small, "a/b/synced": synced, "a/synced-small": syncedSmall} {
 		got, err := os.ReadFile(filepath.Join(c.Mount(), path))
 		if err != nil {
 			t.Fatalf("%s after kill -9 and restart: %v", path, err)

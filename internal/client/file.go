@@ -27,6 +27,12 @@ type fileState struct {
 	written map[chunkKey]struct{}
 	err     error // first error of a write-behind request
 
+	// Writes to an inline file wait for the next commit (inline.go):
+	// pendingInline in order, and inlineImage, the file's bytes with them
+	// applied, for this client's reads. nil when none wait.
+	pendingInline []proto.InlineWrite
+	inlineImage   []byte
+
 	// capAbsent: security.capability is known to be absent, as of
 	// capEpoch, which every change seen to the inode moves on
 	// (capability.go). Guarded by mu.
@@ -181,7 +187,8 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 		buf = buf[:end-off]
 	}
 	if st.inode.Inline {
-		n := copy(buf, st.inode.InlineData[min(off, uint64(len(st.inode.InlineData))):])
+		data := st.inlineBytes()
+		n := copy(buf, data[min(off, uint64(len(data))):])
 		clear(buf[n:])
 		st.mu.Unlock()
 		return buf, noop, nil
@@ -214,12 +221,19 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 	st.mu.Lock()
 	if st.inode.Inline {
 		if end <= uint64(h.c.InlineLimit()) {
-			err := h.c.writeInline(st, off, data)
-			st.mu.Unlock()
-			if err != nil {
+			n, err := h.writeInline(off, data) // unlocks st.mu
+			if errnoOf(err) != proto.ErrNotInline {
+				return n, err
+			}
+			// Another client moved the file to its chains.
+			if err := h.c.reloadMoved(st); err != nil {
 				return 0, err
 			}
-			return len(data), nil
+			return h.Write(data, off)
+		}
+		if err := h.c.commitLocked(st, false); err != nil { // pending inline writes first
+			st.mu.Unlock()
+			return 0, err
 		}
 		if err := h.c.uninline(st); err != nil {
 			st.mu.Unlock()
@@ -320,10 +334,44 @@ func (h *Handle) Fsync() error {
 		st.mu.Unlock()
 		return err
 	}
-	if err := h.c.commit(st); err != nil {
+	// One call commits and syncs when there is something to commit.
+	st.mu.Lock()
+	dirty := st.dirty
+	err := h.c.commitLocked(st, true)
+	st.mu.Unlock()
+	if err != nil || dirty {
 		return err
 	}
 	return h.c.SyncMeta()
+}
+
+// flushWrites commits this client's buffered writes to ino, if it has the
+// file open, for a call that must come after them. A write-behind error
+// stays for close or fsync to report.
+func (c *Client) flushWrites(ino uint64) error {
+	st := c.lookupState(ino)
+	if st == nil {
+		return nil
+	}
+	st.inflight.waitAll()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.err != nil {
+		return nil
+	}
+	return c.commitLocked(st, false)
+}
+
+// FlushForUnlock makes this client's writes to ino reach the cluster
+// before a lock on it is released, as an NFS client flushes on unlock: a
+// process that takes the lock next, on any host, reads them. A failure
+// is kept for close or fsync to report, as a write-behind error is.
+func (c *Client) FlushForUnlock(ino uint64) {
+	if err := c.flushWrites(ino); err != nil {
+		if st := c.lookupState(ino); st != nil {
+			st.setErr(err)
+		}
+	}
 }
 
 // SyncMeta makes every metadata change so far durable on the metadata
@@ -352,38 +400,33 @@ func (h *Handle) Release() error {
 	return err
 }
 
-// commit sends the size and mtime of writes to the metadata service.
+// commit sends the size and mtime of writes, and the writes buffered to an
+// inline file, to the metadata service.
 func (c *Client) commit(st *fileState) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return c.commitLocked(st, false)
+}
+
+// commitLocked commits with st.mu held; with sync, the commit is durable
+// on the metadata service's disk when it returns.
+func (c *Client) commitLocked(st *fileState, sync bool) error {
 	if !st.dirty {
 		return nil
 	}
-	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session}
+	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session,
+		Inline: st.pendingInline, Sync: sync}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
+	if errnoOf(err) == proto.ErrNotInline && len(r.Inline) > 0 {
+		n, err = c.commitMovedInline(st, &r)
+	}
 	if err != nil {
 		return err
 	}
 	st.inode = *n
 	st.dirty = false
 	st.wrote = 0
-	return nil
-}
-
-// writeInline writes into an inline file's bytes in the metadata.
-// st.mu is held.
-func (c *Client) writeInline(st *fileState, off uint64, data []byte) error {
-	r := proto.WriteInlineReq{Ino: st.ino, Off: off, Data: data, Session: c.session}
-	np, err := c.inodeCall(proto.OpWriteInline, r.Encode)
-	if err != nil {
-		return err
-	}
-	n := *np
-	st.inode = n
-	if n.Size > st.size || !st.dirty {
-		st.size = n.Size
-	}
-	st.mtime = n.Mtime
+	st.pendingInline, st.inlineImage = nil, nil
 	return nil
 }
 
@@ -420,6 +463,9 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		st.inflight.waitAll()
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		if err := c.commitLocked(st, false); err != nil { // the writes before the truncate
+			return err
+		}
 		if st.inode.Inline && size > uint64(c.InlineLimit()) && !allZero(st.inode.InlineData) {
 			if err := c.uninline(st); err != nil {
 				return err

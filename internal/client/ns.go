@@ -291,6 +291,14 @@ func (c *Client) Status() (*proto.StatusReply, error) {
 // first (see Truncate), then recorded in the metadata.
 func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
 	r.Session = c.session
+	if r.Valid&(proto.SetMtime|proto.SetMtimeNow) != 0 {
+		// Buffered writes first: their commit at close would
+		// otherwise set mtime back to when they were made (cp -p
+		// sets times on the open copy before closing it).
+		if err := c.flushWrites(r.Ino); err != nil {
+			return nil, err
+		}
+	}
 	if r.Valid&proto.SetSize != 0 {
 		if err := c.truncateData(r.Ino, r.Size); err != nil {
 			return nil, err

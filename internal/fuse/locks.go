@@ -52,6 +52,9 @@ func (fs *FS) setLock(cancel <-chan struct{}, in *gofuse.LkIn, wait bool) gofuse
 	if !flock {
 		fs.noteLocker(in.Fh, in.Owner)
 	}
+	if in.Lk.Typ == syscall.F_UNLCK {
+		fs.c.FlushForUnlock(in.NodeId)
+	}
 	granted, _, err := fs.c.SetLock(cancel, in.NodeId, in.Owner, flock, lockOf(in), wait)
 	if err != nil {
 		return status(err)
