@@ -200,3 +200,45 @@ func TestBufferedSmallWritesLandAfterAnotherMountMovedTheFile(t *testing.T) {
 		return err == nil && bytes.Equal(got, want)
 	})
 }
+
+// The same when the next holder had the file open all along: taking the
+// lock, it reads what was written under the lock before, not the size it
+// saw at open (MPI ranks open a shared file once, then lock, read and
+// write pieces of it).
+func TestALockHolderWithTheFileOpenReadsThePreviousHoldersWrites(t *testing.T) {
+	c := testcluster.Start(t)
+	a := c.Mount()
+	b := secondMount(t, c)
+	f, err := os.Create(filepath.Join(a, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := os.Open(filepath.Join(b, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := make([]byte, 3<<20)
+	if n, _ := g.ReadAt(got, 0); n != 0 {
+		t.Fatalf("read %d bytes of an empty file", n)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, &lk); err != nil {
+		t.Fatal(err)
+	}
+	want := randBytes(2<<20 + 3)
+	f.Write(want)
+	lk.Type = syscall.F_UNLCK
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	lk.Type = syscall.F_RDLCK
+	if err := syscall.FcntlFlock(g.Fd(), syscall.F_SETLKW, &lk); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := g.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], want) {
+		t.Fatalf("the next lock holder read %d bytes, want the %d written under the lock", n, len(want))
+	}
+}

@@ -374,6 +374,37 @@ func (c *Client) FlushForUnlock(ino uint64) {
 	}
 }
 
+// RefreshForLock takes the size and layout of ino from the metadata
+// service when a lock on it is granted, if this client has it open, and
+// drops its readahead: another client may have written and released the
+// lock since this one opened the file. Writes of this client not yet
+// committed keep the size they reach. It reports whether it reloaded: a
+// file lease this client holds vouches that no other client changed the
+// file, so then there is nothing to reload.
+func (c *Client) RefreshForLock(ino uint64) (bool, error) {
+	st := c.lookupState(ino)
+	if st == nil {
+		return false, nil
+	}
+	if _, leased := c.fileLeases.valid(ino, time.Now()); leased {
+		return false, nil
+	}
+	var n proto.Inode
+	r := proto.InoReq{Ino: ino}
+	if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+		return false, err
+	}
+	st.mu.Lock()
+	if st.dirty {
+		st.size = max(st.size, n.Size)
+	} else {
+		st.inode, st.size, st.mtime = n, n.Size, n.Mtime
+	}
+	st.mu.Unlock()
+	st.ra.invalidate()
+	return true, nil
+}
+
 // SyncMeta makes every metadata change so far durable on the metadata
 // service's disk (changes are otherwise fsynced in groups).
 func (c *Client) SyncMeta() error { return c.metaCall(proto.OpSync, nil, nil) }

@@ -62,6 +62,18 @@ func (fs *FS) setLock(cancel <-chan struct{}, in *gofuse.LkIn, wait bool) gofuse
 	if !granted {
 		return gofuse.EAGAIN
 	}
+	if in.Lk.Typ != syscall.F_UNLCK {
+		// What the last holder wrote, on any host, is read from now
+		// on, not what this host cached before (NFS revalidates on
+		// lock too).
+		reloaded, err := fs.c.RefreshForLock(in.NodeId)
+		if err != nil {
+			return status(err)
+		}
+		if reloaded {
+			fs.kernel.InvalidateInode(in.NodeId)
+		}
+	}
 	return gofuse.OK
 }
 
