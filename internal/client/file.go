@@ -494,8 +494,10 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		st.inflight.waitAll()
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if err := c.commitLocked(st, false); err != nil { // the writes before the truncate
-			return err
+		if st.err == nil { // the writes before the truncate (a failed one is reported by close)
+			if err := c.commitLocked(st, false); err != nil {
+				return err
+			}
 		}
 		if st.inode.Inline && size > uint64(c.InlineLimit()) && !allZero(st.inode.InlineData) {
 			if err := c.uninline(st); err != nil {
