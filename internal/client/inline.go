@@ -132,7 +132,9 @@ func (c *Client) commitMovedInline(st *fileState, r *proto.CommitWriteReq) (*pro
 		return nil, errIO("file %d: buffered writes refused as no longer inline, yet inline", st.ino)
 	}
 	for _, w := range r.Inline {
-		if err := c.writePieces(&n, w.Off, w.Data, false); err != nil {
+		// With r.Sync (an fsync) the chunks are synced as they are
+		// written: the fsync's own chunk sync ran before this commit.
+		if err := c.writePieces(&n, w.Off, w.Data, r.Sync); err != nil {
 			return nil, err
 		}
 		for _, p := range splitRange(&n, w.Off, uint64(len(w.Data))) {
