@@ -111,8 +111,10 @@ func (c *Client) pass(news []proto.ChangeEvent, all bool) {
 		if ev.MapChanged() {
 			reload = true
 		} else if ev.Parent == 0 {
-			c.forgetCapability(ev.Ino)
+			// The kernel first: it keeps its own "no capability"
+			// mark until it fetches the attributes again.
 			inv.InvalidateInode(ev.Ino)
+			c.forgetCapability(ev.Ino)
 		} else {
 			inv.InvalidateEntry(ev.Parent, ev.Name)
 		}
