@@ -143,12 +143,6 @@ func TestWritesUnderALockReachTheNextHolderOnAnotherMount(t *testing.T) {
 	}
 }
 
-// twoMounts starts a cluster and mounts it twice, as two client hosts.
-func twoMounts(t *testing.T) (a, b string) {
-	c := testcluster.Start(t)
-	return c.Mount(), secondMount(t, c)
-}
-
 // lockWhole sets a record lock of type typ on all of f, waiting for it.
 func lockWhole(t *testing.T, f *os.File, typ int16) {
 	t.Helper()

@@ -61,6 +61,12 @@ func secondMount(t *testing.T, c *testcluster.Cluster) string {
 	}
 }
 
+// twoMounts starts a cluster and mounts it twice, as two client hosts.
+func twoMounts(t *testing.T) (a, b string) {
+	c := testcluster.Start(t)
+	return c.Mount(), secondMount(t, c)
+}
+
 // showsSoon polls cond until it holds, failing after seenSoon.
 func showsSoon(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -74,9 +80,7 @@ func showsSoon(t *testing.T, what string, cond func() bool) {
 }
 
 func TestChangesThroughOneMountShowThroughAnotherAtOnce(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	if err := os.WriteFile(filepath.Join(a, "f"), []byte("first"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +141,7 @@ func TestChangesThroughOneMountShowThroughAnotherAtOnce(t *testing.T) {
 // made through another mount is found the moment the other mount's call
 // returns: the change is answered only once the lease holder let go.
 func TestANameMadeThroughAnotherMountIsFoundDespiteLeases(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	time.Sleep(300 * time.Millisecond) // both watches live
 	for i := 0; i < 20; i++ {
 		name := fmt.Sprintf("d%d", i)
@@ -175,9 +177,7 @@ func TestANameMadeThroughAnotherMountIsFoundDespiteLeases(t *testing.T) {
 // rely on across a barrier): the close is answered only once the lease
 // holder let go.
 func TestAFileClosedThroughAnotherMountIsReadWholeDespiteLeases(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	time.Sleep(300 * time.Millisecond) // both watches live
 	for i := 0; i < 20; i++ {
 		name := fmt.Sprintf("f%d", i)
@@ -210,9 +210,7 @@ func TestAFileClosedThroughAnotherMountIsReadWholeDespiteLeases(t *testing.T) {
 // attributes again, which an open does; so the write here goes through a
 // new open, as the next writer's would.)
 func TestAWriteDropsCapabilitiesSetThroughAnotherMount(t *testing.T) {
-	c := testcluster.Start(t)
-	a := c.Mount()
-	b := secondMount(t, c)
+	a, b := twoMounts(t)
 	f, err := os.OpenFile(filepath.Join(a, "tool"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
 		t.Fatal(err)

@@ -389,16 +389,16 @@ func (c *Client) RefreshForLock(ino uint64) (bool, error) {
 	if _, leased := c.fileLeases.valid(ino, time.Now()); leased {
 		return false, nil
 	}
-	var n proto.Inode
 	r := proto.InoReq{Ino: ino}
-	if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+	n, err := c.inodeCall(proto.OpGetAttr, r.Encode)
+	if err != nil {
 		return false, err
 	}
 	st.mu.Lock()
 	if st.dirty {
 		st.size = max(st.size, n.Size)
 	} else {
-		st.inode, st.size, st.mtime = n, n.Size, n.Mtime
+		st.inode, st.size, st.mtime = *n, n.Size, n.Mtime
 	}
 	st.mu.Unlock()
 	st.ra.invalidate()

@@ -101,19 +101,29 @@ func (c *Client) sendInline(st *fileState, off uint64, data []byte) error {
 	return nil
 }
 
-// reloadMoved takes the layout of a file the metadata service says is no
-// longer inline, after a direct write to it was refused.
-func (c *Client) reloadMoved(st *fileState) error {
-	var n proto.Inode
-	get := proto.InoReq{Ino: st.ino}
-	if err := c.metaCall(proto.OpGetAttr, get.Encode, decodeInode(&n)); err != nil {
-		return err
+// movedLayout fetches the inode of a file the metadata service says is no
+// longer inline, after a write into its inline bytes was refused.
+func (c *Client) movedLayout(ino uint64) (*proto.Inode, error) {
+	get := proto.InoReq{Ino: ino}
+	n, err := c.inodeCall(proto.OpGetAttr, get.Encode)
+	if err != nil {
+		return nil, err
 	}
 	if n.Inline {
-		return errIO("file %d: a write refused as no longer inline, yet inline", st.ino)
+		return nil, errIO("file %d: a write refused as no longer inline, yet inline", ino)
+	}
+	return n, nil
+}
+
+// reloadMoved takes the layout of a file moved to its chains, after a
+// direct write to it was refused.
+func (c *Client) reloadMoved(st *fileState) error {
+	n, err := c.movedLayout(st.ino)
+	if err != nil {
+		return err
 	}
 	st.mu.Lock()
-	st.inode = n
+	st.inode = *n
 	st.mu.Unlock()
 	return nil
 }
@@ -123,21 +133,17 @@ func (c *Client) reloadMoved(st *fileState) error {
 // the file's chunks, and the commit records only size and mtime.
 // st.mu is held.
 func (c *Client) commitMovedInline(st *fileState, r *proto.CommitWriteReq) (*proto.Inode, error) {
-	var n proto.Inode
-	get := proto.InoReq{Ino: st.ino}
-	if err := c.metaCall(proto.OpGetAttr, get.Encode, decodeInode(&n)); err != nil {
+	n, err := c.movedLayout(st.ino)
+	if err != nil {
 		return nil, err
-	}
-	if n.Inline {
-		return nil, errIO("file %d: buffered writes refused as no longer inline, yet inline", st.ino)
 	}
 	for _, w := range r.Inline {
 		// With r.Sync (an fsync) the chunks are synced as they are
 		// written: the fsync's own chunk sync ran before this commit.
-		if err := c.writePieces(&n, w.Off, w.Data, r.Sync); err != nil {
+		if err := c.writePieces(n, w.Off, w.Data, r.Sync); err != nil {
 			return nil, err
 		}
-		for _, p := range splitRange(&n, w.Off, uint64(len(w.Data))) {
+		for _, p := range splitRange(n, w.Off, uint64(len(w.Data))) {
 			st.written[chunkKey{p.chain, p.index}] = struct{}{}
 		}
 	}
