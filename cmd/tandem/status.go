@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,34 +88,88 @@ func (c *connectFlags) resolve() (string, rpc.Secret, error) {
 // replicaJSON is one metadata replica as status sees it.
 type replicaJSON struct {
 	Addr  string `json:"addr"`
-	State string `json:"state"` // leader, follower, unreachable, or the error
+	State string `json:"state"` // leader, follower, unreachable, no answer, or the error
 }
 
-// askReplicas asks every replica for the status: the leader answers, the
-// others say they follow (EAGAIN) or cannot be reached. It closes the
-// clients.
+// askReplicas asks every replica for the status, as askRound does with the
+// clients' own call timeout, and closes the clients.
 func askReplicas(cls []*rpc.Client) (*proto.StatusReply, []replicaJSON, error) {
-	var st *proto.StatusReply
-	var reps []replicaJSON
+	defer func() {
+		for _, cl := range cls {
+			cl.Close()
+		}
+	}()
+	timeout := 10 * time.Second
+	if len(cls) > 0 && cls[0].CallTimeout > 0 {
+		timeout = cls[0].CallTimeout
+	}
+	st, reps, _, err := askRound(context.Background(), cls, timeout)
+	return st, reps, err
+}
+
+// followerGrace is how long a round waits for the other replicas once the
+// leader has answered: followers answer in milliseconds, so a replica
+// still silent then is hung (stopped, or cut off), and waiting longer
+// would only delay the leader's answer.
+const followerGrace = 250 * time.Millisecond
+
+// askRound asks every replica for the status at once: the leader answers,
+// the others say they follow (EAGAIN) or cannot be reached. The round ends
+// when all have answered, followerGrace after the leader answered, or
+// after timeout; replicas silent by then are listed as such. Replicas are
+// listed in the order of cls; at is when the leader's answer came.
+func askRound(ctx context.Context, cls []*rpc.Client, timeout time.Duration) (st *proto.StatusReply, reps []replicaJSON, at time.Time, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type answer struct {
+		i   int
+		st  *proto.StatusReply
+		err error
+		at  time.Time
+	}
+	answers := make(chan answer, len(cls))
+	for i, cl := range cls {
+		go func() {
+			var r proto.StatusReply
+			err := cl.CallContext(ctx, proto.OpStatus, nil, func(d *wire.Dec) error { r.Decode(d); return nil })
+			answers <- answer{i, &r, err, time.Now()}
+		}()
+	}
+	got := make([]*answer, len(cls))
+	var grace <-chan time.Time // set once a leader answered
+collect:
+	for range cls {
+		select {
+		case a := <-answers:
+			got[a.i] = &a
+			if a.err == nil && grace == nil {
+				grace = time.After(followerGrace)
+			}
+		case <-grace:
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
 	var errs []error
-	for _, cl := range cls {
-		var r proto.StatusReply
-		err := cl.Call(proto.OpStatus, nil, func(d *wire.Dec) error { r.Decode(d); return nil })
-		cl.Close()
+	for i, cl := range cls {
 		state := "leader"
-		switch {
-		case err == nil && st == nil:
-			st = &r
-		case err == nil:
+		switch a := got[i]; {
+		case a == nil:
+			state = "no answer"
+			errs = append(errs, fmt.Errorf("metadata service %s: no answer within the round", cl.Addr))
+		case a.err == nil && st == nil:
+			st, at = a.st, a.at
+		case a.err == nil:
 			state = "leader (a second one: check the logs)"
-		case errors.Is(err, syscall.EAGAIN):
+		case errors.Is(a.err, syscall.EAGAIN):
 			state = "follower"
-		case rpc.IsNetError(err):
+		case rpc.IsNetError(a.err):
 			state = "unreachable"
-			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
+			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, a.err))
 		default:
-			state = err.Error()
-			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, err))
+			state = a.err.Error()
+			errs = append(errs, fmt.Errorf("metadata service %s: %w", cl.Addr, a.err))
 		}
 		reps = append(reps, replicaJSON{Addr: cl.Addr, State: state})
 	}
@@ -122,22 +177,37 @@ func askReplicas(cls []*rpc.Client) (*proto.StatusReply, []replicaJSON, error) {
 		if len(errs) == 0 {
 			errs = append(errs, errors.New("no metadata replica leads (is a majority of them running?)"))
 		}
-		return nil, reps, errors.Join(errs...)
+		return nil, reps, time.Time{}, errors.Join(errs...)
 	}
-	return st, reps, nil
+	return st, reps, at, nil
 }
 
 func init() {
 	var cf connectFlags
 	var asJSON bool
+	var every time.Duration
+	var count int
 	cmd := &cobra.Command{
-		Use:   "status [--data DIR | --meta ADDR --secret-file F] [--json]",
+		Use:   "status [--data DIR | --meta ADDR --secret-file F] [--json] [--watch INTERVAL [--count N]]",
 		Short: "Show servers, targets, capacity and health",
-		Args:  cobra.NoArgs,
+		Long: `Show servers, targets, capacity and health.
+
+With --watch the status is shown again every INTERVAL until interrupted (or
+--count times): the screen is redrawn on a terminal, and with --json each
+status is one line of JSON with the "time" the leader answered. One process,
+with one connection per replica, serves every round, so polling this way costs
+the machine far less than running status in a loop.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if every <= 0 && cmd.Flags().Changed("count") {
+				return errors.New("--count needs --watch")
+			}
 			cls, err := cf.client()
 			if err != nil {
 				return err
+			}
+			if every > 0 {
+				return watchStatus(cmd.Context(), cls, every, count, asJSON)
 			}
 			st, reps, err := askReplicas(cls)
 			if err != nil {
@@ -155,6 +225,8 @@ func init() {
 	}
 	cf.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	cmd.Flags().DurationVar(&every, "watch", 0, "show the status again every `INTERVAL` (e.g. 1s) until interrupted")
+	cmd.Flags().IntVar(&count, "count", 0, "with --watch: stop after `N` rounds (0: never)")
 	rootCmd.AddCommand(cmd)
 }
 

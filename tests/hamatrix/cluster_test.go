@@ -562,11 +562,24 @@ func (c *cluster) statusFrom(ctx context.Context, addr string) (*status, error) 
 	if i < 0 {
 		return nil, fmt.Errorf("status from %s: no JSON in %q", addr, out)
 	}
-	st := &status{}
-	if err := json.Unmarshal(out[i:], st); err != nil {
+	st, err := c.parseStatus(out[i:])
+	if err != nil {
 		return nil, fmt.Errorf("status from %s: %v: %s", addr, err, out)
 	}
+	return st, nil
+}
+
+// parseStatus reads the JSON of `tandem status --json`, or a line of
+// `tandem status --json --watch` (whose time it takes as the answer's).
+func (c *cluster) parseStatus(data []byte) (*status, error) {
+	st := &status{}
+	if err := json.Unmarshal(data, st); err != nil {
+		return nil, err
+	}
 	st.at = time.Now()
+	if !st.Time.IsZero() {
+		st.at = st.Time
+	}
 	st.hostOf = c.hostOfAddr
 	for _, r := range st.Meta.Replicas {
 		if r.State == "leader" {

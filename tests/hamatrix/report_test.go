@@ -87,8 +87,8 @@ func writeReport(t *testing.T, results []*result) {
 	fmt.Fprintf(&b, "Each scenario on a fresh cluster in network namespaces (srv1, srv2: metadata replica +\n")
 	fmt.Fprintf(&b, "storage server with 2 targets; third: metadata replica; cli: FUSE mount), failure injected\n")
 	fmt.Fprintf(&b, "%.1f s into a load of 2 genstream writers and 1 reader; stall = longest 4 KiB write+fsync\n", injectAfter.Seconds())
-	fmt.Fprintf(&b, "or open+read on the mount, probed every %v; times from `tandem status --json`, polled\n", probeEvery)
-	fmt.Fprintf(&b, "every %v.\n\n", pollEvery)
+	fmt.Fprintf(&b, "or open+read on the mount, probed every %v; times from `tandem status --json --watch %v`\n", probeEvery, pollEvery)
+	fmt.Fprintf(&b, "on cli.\n\n")
 	b.WriteString("| # | scenario | data check (checkstream) | time to detect + fail over | longest client stall | service moved | resync after heal | notes |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {

@@ -1,12 +1,18 @@
 package hamatrix
 
 import (
-	"context"
+	"bytes"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"tandemfs/internal/netlab"
 )
 
 // status is the part of `tandem status --json` the matrix reads.
@@ -39,6 +45,9 @@ type status struct {
 		Fenced  bool   `json:"fenced"`
 		Summary string `json:"summary"`
 	} `json:"fencing"`
+
+	Time  time.Time `json:"time"`  // when the leader answered, from a watch
+	Error string    `json:"error"` // a watch's round without a leader
 
 	at     time.Time                // when the answer came
 	leader string                   // the address of the replica that answered
@@ -218,50 +227,93 @@ func (st *status) servingHosts() []string {
 	return out
 }
 
-// monitor polls the cluster status in the background for the whole of a
-// scenario, so that changes are timed against the moment of injection.
+// monitor follows the cluster status in the background for the whole of a
+// scenario, so that changes are timed against the moment of injection. It
+// runs one `tandem status --watch --json` on cli, which asks every metadata
+// replica at once each round over connections it keeps, and reads the
+// statuses from its log: a process started per poll cost the loaded
+// machine about 50 ms of CPU each.
 type monitor struct {
-	c      *cluster
-	cancel context.CancelFunc
-	done   chan struct{}
+	proc    *netlab.Proc
+	path    string // the watch's output, JSON lines
+	stopped chan struct{}
+	once    sync.Once
 
 	mu    sync.Mutex
 	snaps []*status
-	errs  int // polls without a leader's answer
+	errs  int      // rounds without a leader's answer
+	off   int64    // how far path has been read
+	part  []byte   // a line read only in part so far
+	c     *cluster // for parseStatus
 }
 
-// pollEvery is the interval between two status polls; each poll costs a
-// process start on cli, and the cluster's reactions are measured to this
-// resolution.
+// pollEvery is the interval between two status rounds; the cluster's
+// reactions are measured to this resolution.
 const pollEvery = 150 * time.Millisecond
 
 func startMonitor(c *cluster) *monitor {
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{c: c, cancel: cancel, done: make(chan struct{})}
+	c.t.Helper()
+	path := filepath.Join(c.dir, "logs", "cli-status-watch.jsonl")
+	m := &monitor{c: c, path: path, stopped: make(chan struct{})}
+	if fi, err := os.Stat(path); err == nil {
+		m.off = fi.Size() // the watch of an earlier scenario
+	}
+	p, err := c.host("cli").Start("status watch", path, c.bin, "status", "--json", "--watch", pollEvery.String(),
+		"--meta", strings.Join(c.metaAddrs(), ","), "--secret-file", c.secret)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.proc = p
 	go func() {
-		defer close(m.done)
-		for ctx.Err() == nil {
-			st, err := c.status(ctx)
-			m.mu.Lock()
-			if err == nil {
-				m.snaps = append(m.snaps, st)
-			} else if ctx.Err() == nil {
-				m.errs++
-			}
-			m.mu.Unlock()
+		for {
 			select {
-			case <-ctx.Done():
-			case <-time.After(pollEvery):
+			case <-m.stopped:
+				return
+			case <-time.After(50 * time.Millisecond):
+				m.read()
 			}
 		}
 	}()
 	return m
 }
 
-// stop ends the polling.
+// read takes in the statuses the watch wrote since the last read.
+func (m *monitor) read() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err := os.Open(m.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	data, _ := io.ReadAll(io.NewSectionReader(f, m.off, 1<<40))
+	m.off += int64(len(data))
+	data = append(m.part, data...)
+	end := bytes.LastIndexByte(data, '\n') + 1
+	m.part = append([]byte(nil), data[end:]...)
+	for _, line := range bytes.Split(data[:end], []byte("\n")) {
+		if !bytes.HasPrefix(line, []byte("{")) {
+			continue // an error message of the watch itself
+		}
+		st, err := m.c.parseStatus(line)
+		if err != nil || st.Error != "" {
+			m.errs++
+			continue
+		}
+		m.snaps = append(m.snaps, st)
+	}
+}
+
+// stop ends the watch and takes in its last statuses.
 func (m *monitor) stop() {
-	m.cancel()
-	<-m.done
+	m.once.Do(func() {
+		m.proc.Signal(syscall.SIGTERM)
+		if err := m.proc.Wait(5 * time.Second); err == netlab.ErrTimeout {
+			m.proc.Kill9()
+		}
+		close(m.stopped)
+		m.read()
+	})
 }
 
 // latest is the newest status seen, or nil.
