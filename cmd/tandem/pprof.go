@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"log"
+	"net"
 	"net/http"
 	_ "net/http/pprof" // profiling endpoints for --pprof
 	"os"
@@ -18,11 +20,15 @@ func addPprofFlag(cmd *cobra.Command) {
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(c *cobra.Command, args []string) error {
 		if addr != "" {
-			go func() {
-				if err := http.ListenAndServe(addr, nil); err != nil {
-					log.Printf("pprof on %s: %v", addr, err)
-				}
-			}()
+			// Listening here, not in the goroutine, names the port taken
+			// for ":0", so TANDEM_PPROF=127.0.0.1:0 serves every process
+			// of a cluster, each on its own port found in its log.
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--pprof %s: %w", addr, err)
+			}
+			log.Printf("pprof on http://%s/debug/pprof/", ln.Addr())
+			go http.Serve(ln, nil)
 		}
 		if prev != nil {
 			return prev(c, args)
