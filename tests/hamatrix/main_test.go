@@ -10,7 +10,7 @@
 //	             with two targets each (so every file has one copy per server)
 //	third        public + private: the third metadata voter
 //	cli          public only: the FUSE mount, the load, the probes and
-//	             `tandem status`
+//	             `tandem status --watch`
 //
 // The metadata leader is kept off srv1, the server the failures hit, so
 // that each scenario measures the failover of storage chains alone (the
