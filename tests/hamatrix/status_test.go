@@ -232,7 +232,7 @@ func (st *status) servingHosts() []string {
 // runs one `tandem status --watch --json` on cli, which asks every metadata
 // replica at once each round over connections it keeps, and reads the
 // statuses from its log: a process started per poll cost the loaded
-// machine about 50 ms of CPU each.
+// machine about 40 ms of CPU each.
 type monitor struct {
 	proc    *netlab.Proc
 	path    string // the watch's output, JSON lines
