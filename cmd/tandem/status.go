@@ -53,12 +53,15 @@ func (c *connectFlags) clusterStatus() (*proto.StatusReply, rpc.Secret, error) {
 	return st, secret, err
 }
 
+// metaCallTimeout is how long a tool waits for a metadata replica.
+const metaCallTimeout = 10 * time.Second
+
 // metaClients returns a client per metadata replica address.
 func metaClients(addr string, secret rpc.Secret) []*rpc.Client {
 	var out []*rpc.Client
 	for _, a := range strings.Split(addr, ",") {
 		cl := rpc.NewClient(strings.TrimSpace(a), secret)
-		cl.CallTimeout = 10 * time.Second
+		cl.CallTimeout = metaCallTimeout
 		out = append(out, cl)
 	}
 	return out
@@ -92,18 +95,14 @@ type replicaJSON struct {
 }
 
 // askReplicas asks every replica for the status, as askRound does with the
-// clients' own call timeout, and closes the clients.
+// tools' call timeout, and closes the clients.
 func askReplicas(cls []*rpc.Client) (*proto.StatusReply, []replicaJSON, error) {
 	defer func() {
 		for _, cl := range cls {
 			cl.Close()
 		}
 	}()
-	timeout := 10 * time.Second
-	if len(cls) > 0 && cls[0].CallTimeout > 0 {
-		timeout = cls[0].CallTimeout
-	}
-	st, reps, _, err := askRound(context.Background(), cls, timeout)
+	st, reps, _, err := askRound(context.Background(), cls, metaCallTimeout)
 	return st, reps, err
 }
 

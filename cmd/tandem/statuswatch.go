@@ -32,9 +32,6 @@ func watchStatus(ctx context.Context, cls []*rpc.Client, interval time.Duration,
 			cl.Close()
 		}
 	}()
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	redraw := !asJSON && isTerminal(os.Stdout)
