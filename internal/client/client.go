@@ -33,7 +33,10 @@ type Config struct {
 	// unreachable before failing with EIO (default 120 s; negative:
 	// forever, like an NFS hard mount).
 	GiveUp time.Duration
-	Logf   func(format string, args ...any)
+	// BlockCacheBytes bounds the block cache (blockcache.go): 0 is
+	// DefaultBlockCacheBytes, negative turns it off.
+	BlockCacheBytes int64
+	Logf            func(format string, args ...any)
 }
 
 // Client is a connection to one TandemFS cluster. It is safe for
@@ -69,6 +72,7 @@ type Client struct {
 	ns         nsCache         // inodes and entries learnt, kept current by watchLoop
 	leases     *leaseTable     // directories this client knows every name of (leases.go)
 	fileLeases *fileLeaseTable // files this client opens without asking (fileleases.go)
+	blocks     *blockCache     // small reads answered from memory (blockcache.go)
 	metaCalls  atomic.Uint64   // calls to the metadata service, watches aside
 	inv        atomic.Pointer[Invalidator]
 
@@ -84,6 +88,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
+	if cfg.BlockCacheBytes == 0 {
+		cfg.BlockCacheBytes = DefaultBlockCacheBytes
+	}
 	var sid [8]byte
 	rand.Read(sid[:])
 	c := &Client{
@@ -93,6 +100,7 @@ func New(cfg Config) (*Client, error) {
 		files:      map[uint64]*fileState{},
 		leases:     newLeaseTable(),
 		fileLeases: newFileLeaseTable(),
+		blocks:     newBlockCache(cfg.BlockCacheBytes),
 		stop:       make(chan struct{}),
 	}
 	for _, addr := range strings.Split(cfg.MetaAddr, ",") {

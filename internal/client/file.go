@@ -42,6 +42,11 @@ type fileState struct {
 	ra readahead
 
 	inflight rangeSet
+
+	// writers counts this client's writes to the file still in flight:
+	// what a read or write brings is kept in the block cache only if no
+	// other write was out meanwhile (blockcache.go). Guarded by mu.
+	writers int
 }
 
 type chunkKey struct {
@@ -194,13 +199,16 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 		return buf, noop, nil
 	}
 	layout := st.inode
+	// The generation is taken under st.mu, as writes drop blocks, so a
+	// write that starts after this read makes its insert void.
+	gen, cacheable := h.c.blockCacheable(st, off, len(buf))
 	st.mu.Unlock()
-	if !h.direct { // O_DIRECT readers asked for no caching
+	if !h.direct { // O_DIRECT readers asked for no readahead
 		if data, done, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
 			return data, done, err
 		}
 	}
-	if err := h.c.readPieces(&layout, off, buf); err != nil {
+	if err := h.c.readThroughCache(&layout, off, buf, gen, cacheable); err != nil {
 		return nil, nil, err
 	}
 	return buf, noop, nil
@@ -245,11 +253,13 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
 		st.written[chunkKey{p.chain, p.index}] = struct{}{}
 	}
+	keep, gen := h.c.startCachedWrite(st, off, data, h.direct)
 	st.mu.Unlock()
 
 	var err error
 	if h.direct {
 		err = h.c.writePieces(&layout, off, data, h.sync)
+		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
 	} else {
 		buf := append(getBuf(len(data)), data...)
 		st.inflight.add(off, end)
@@ -258,6 +268,7 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 				st.setErr(err)
 			}
 			putBuf(buf)
+			h.c.endCachedWrite(st, off, nil, 0, false)
 			st.inflight.done(off, end)
 		}()
 	}

@@ -297,6 +297,7 @@ func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 	if forgetAll {
 		c.leases.clear()
 		c.fileLeases.clear(r.Upto)
+		c.blocks.dropAll()
 	}
 	for i := range r.Events {
 		ev := &r.Events[i]
@@ -306,8 +307,13 @@ func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 		if ev.Parent != 0 && c.leases.foreign(ev.Parent, ev.Index) {
 			ended = true
 		}
-		if ev.Parent == 0 && c.fileLeases.foreignChange(ev.Ino, ev.Index) {
-			ended = true
+		if ev.Parent == 0 {
+			// The blocks first: the leader answers the change once
+			// this client's next watch request shows it taken in.
+			c.blocks.dropFile(ev.Ino)
+			if c.fileLeases.foreignChange(ev.Ino, ev.Index) {
+				ended = true
+			}
 		}
 	}
 	return ended

@@ -300,7 +300,11 @@ func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
 		}
 	}
 	if r.Valid&proto.SetSize != 0 {
-		if err := c.truncateData(r.Ino, r.Size); err != nil {
+		err := c.truncateData(r.Ino, r.Size)
+		// After the chunks are cut: a read that crossed the cut must
+		// not leave the bytes it cut here.
+		c.blocks.dropFile(r.Ino)
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -45,6 +45,7 @@ func (c *Client) watchLoop() {
 		if err != nil {
 			c.leases.clear()
 			c.fileLeases.clear(^uint64(0))
+			c.blocks.dropAll()
 			if c.ns.lost() {
 				c.forgetAllCapabilities()
 				c.invalidator().InvalidateAll()

@@ -1,0 +1,148 @@
+package client
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+func blocksOf(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n*cacheBlock) }
+
+func TestBlockCacheAnswersOnlyWhenItHasEveryBlock(t *testing.T) {
+	bc := newBlockCache(1 << 20)
+	bc.insert(7, 0, blocksOf('a', 2), bc.begin())
+	got := make([]byte, 2*cacheBlock)
+	if !bc.read(7, 0, got) || !bytes.Equal(got, blocksOf('a', 2)) {
+		t.Fatalf("two blocks inserted: read %v, %q", bc.read(7, 0, got), got[:4])
+	}
+	if bc.read(7, cacheBlock, make([]byte, 2*cacheBlock)) {
+		t.Fatal("answered a read of blocks 1-2 with only block 1 held")
+	}
+	if bc.read(8, 0, make([]byte, cacheBlock)) {
+		t.Fatal("answered a read of a file never inserted")
+	}
+}
+
+func TestBlockCacheKeepsNothingAnIOBroughtAcrossADrop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop func(bc *blockCache)
+	}{
+		{"a write to the range", func(bc *blockCache) { bc.dropRange(7, 0, 1) }},
+		{"a write elsewhere in the file", func(bc *blockCache) { bc.dropRange(7, 100*cacheBlock, 1) }},
+		{"a change of the file", func(bc *blockCache) { bc.dropFile(7) }},
+		{"a lost watch", func(bc *blockCache) { bc.dropAll() }},
+	} {
+		for _, held := range []bool{false, true} {
+			bc := newBlockCache(1 << 20)
+			if held { // the file has other blocks here
+				bc.insert(7, 50*cacheBlock, blocksOf('h', 1), bc.begin())
+			}
+			gen := bc.begin()
+			tc.drop(bc)
+			bc.insert(7, 0, blocksOf('a', 1), gen)
+			if bc.read(7, 0, make([]byte, cacheBlock)) {
+				t.Errorf("%s (other blocks held: %v): a read begun before it was kept", tc.name, held)
+			}
+		}
+	}
+}
+
+func TestBlockCacheKeepsWhatAWriteBroughtUnlessAnotherDropFollowed(t *testing.T) {
+	bc := newBlockCache(1 << 20)
+	gen := bc.dropRange(7, 0, cacheBlock)
+	bc.insert(7, 0, blocksOf('w', 1), gen)
+	if !bc.read(7, 0, make([]byte, cacheBlock)) {
+		t.Fatal("a write's blocks were not kept")
+	}
+	first := bc.dropRange(7, cacheBlock, cacheBlock)
+	second := bc.dropRange(7, cacheBlock, cacheBlock)
+	bc.insert(7, cacheBlock, blocksOf('1', 1), first)
+	bc.insert(7, cacheBlock, blocksOf('2', 1), second)
+	got := make([]byte, cacheBlock)
+	if !bc.read(7, cacheBlock, got) || got[0] != '2' {
+		t.Fatalf("two writes of a block: kept %q, want only the later one's", got[:1])
+	}
+	// A drop of another file, while this one has blocks, does not void
+	// this file's inserts.
+	gen = bc.begin()
+	bc.dropFile(9)
+	bc.insert(7, 2*cacheBlock, blocksOf('r', 1), gen)
+	if !bc.read(7, 2*cacheBlock, got) {
+		t.Fatal("a read of a held file was not kept after another file's drop")
+	}
+}
+
+func TestBlockCacheStaysWithinItsSizeAndKeepsBlocksInUse(t *testing.T) {
+	const size = 2 * slabBlocks * cacheBlock
+	bc := newBlockCache(size)
+	hot := blocksOf('h', 1)
+	bc.insert(1, 0, hot, bc.begin())
+	for i := range 4 * slabBlocks {
+		bc.insert(2, uint64(i)*cacheBlock, blocksOf(byte(i), 1), bc.begin())
+		if !bc.read(1, 0, make([]byte, cacheBlock)) {
+			t.Fatalf("a block read between every insert was evicted after %d inserts", i)
+		}
+	}
+	if s := bc.stats(); s.Bytes != size {
+		t.Fatalf("holds %d bytes after filling, want %d", s.Bytes, size)
+	}
+	if len(bc.slabs) != 2 {
+		t.Fatalf("%d slabs of memory for a cache of two", len(bc.slabs))
+	}
+	bc.dropAll()
+	if s := bc.stats(); s.Bytes != 0 {
+		t.Fatalf("holds %d bytes after dropping all", s.Bytes)
+	}
+	bc.insert(3, 0, blocksOf('n', 3), bc.begin())
+	if len(bc.slabs) != 2 || !bc.read(3, 0, make([]byte, 3*cacheBlock)) {
+		t.Fatal("dropped memory was not reused")
+	}
+}
+
+func TestAnIOIsCacheableOnlyInWholeSmallBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		off  uint64
+		n    int
+		want bool
+	}{
+		{0, cacheBlock, true},
+		{cacheBlock, cacheMaxIO, true},
+		{0, cacheMaxIO + cacheBlock, false},
+		{100, cacheBlock, false},
+		{0, 3000, false},
+		{0, 0, false},
+	} {
+		if got := cacheableIO(tc.off, tc.n); got != tc.want {
+			t.Errorf("cacheableIO(%d, %d) = %v", tc.off, tc.n, got)
+		}
+	}
+}
+
+func TestBlockCacheEvictingAFilesLastBlockForItsNextKeepsTheNext(t *testing.T) {
+	bc := newBlockCache(cacheBlock) // one block
+	bc.insert(5, 0, blocksOf('0', 1), bc.begin())
+	bc.insert(5, cacheBlock, blocksOf('1', 1), bc.begin())
+	got := make([]byte, cacheBlock)
+	if bc.read(5, 0, got) || !bc.read(5, cacheBlock, got) || got[0] != '1' {
+		t.Fatalf("one-block cache after two inserts: block 1 read %q", got[:1])
+	}
+}
+
+func TestAReadWithoutALeaseAsksForOneOnlyForCachedFilesAndNotOften(t *testing.T) {
+	bc := newBlockCache(1 << 20)
+	now := time.Now()
+	if bc.wantsLease(7, now) {
+		t.Fatal("asks for a lease on a file with no blocks here")
+	}
+	bc.insert(7, 0, blocksOf('a', 1), bc.begin())
+	if !bc.wantsLease(7, now) {
+		t.Fatal("does not ask for a lease on a file with blocks here")
+	}
+	if bc.wantsLease(7, now.Add(leaseRetry/2)) {
+		t.Fatal("asks again within leaseRetry")
+	}
+	if !bc.wantsLease(7, now.Add(leaseRetry)) {
+		t.Fatal("does not ask again after leaseRetry")
+	}
+}

@@ -1,0 +1,189 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"tandemfs/internal/testcluster"
+)
+
+// The block cache (internal/client/blockcache.go): a client answers small
+// reads of files it holds leases on from its memory, O_DIRECT reads
+// included, and a change another client commits is seen by the next read
+// even on a file kept open.
+
+const blk = 4096
+
+// openDirect opens path with O_DIRECT and flags, closing it when the test
+// ends.
+func openDirect(t *testing.T, path string, flags int) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(path, flags|syscall.O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// readBlock reads block i of f with one pread into an aligned buffer.
+func readBlock(t *testing.T, f *os.File, i int) []byte {
+	t.Helper()
+	b := alignedBlock(blk)
+	if n, err := f.ReadAt(b, int64(i*blk)); err != nil || n != blk {
+		t.Fatalf("read of block %d of %s: %d bytes, %v", i, f.Name(), n, err)
+	}
+	return b
+}
+
+// writeBlock writes block i of f full of byte c with one pwrite.
+func writeBlock(t *testing.T, f *os.File, i int, c byte) {
+	t.Helper()
+	b := alignedBlock(blk)
+	for k := range b {
+		b[k] = c
+	}
+	if n, err := f.WriteAt(b, int64(i*blk)); err != nil || n != blk {
+		t.Fatalf("write of block %d of %s: %d bytes, %v", i, f.Name(), n, err)
+	}
+}
+
+// fileOfBlocks writes a file whose block i is full of byte 'a'+i%26.
+func fileOfBlocks(t *testing.T, path string, n int) {
+	t.Helper()
+	var data []byte
+	for i := range n {
+		data = append(data, bytes.Repeat([]byte{byte('a' + i%26)}, blk)...)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantBlock(t *testing.T, what string, got []byte, c byte) {
+	t.Helper()
+	if !bytes.Equal(got, bytes.Repeat([]byte{c}, blk)) {
+		t.Fatalf("%s: read a block starting %q, want it all %q", what, got[:8], c)
+	}
+}
+
+func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "f")
+	fileOfBlocks(t, path, 64) // made here: this client holds its lease
+	f := openDirect(t, path, os.O_RDONLY)
+	for i := range 16 {
+		readBlock(t, f, i)
+	}
+	// Every storage server stopped: only the client's memory can
+	// answer now.
+	c.Signal("storage1", syscall.SIGSTOP)
+	c.Signal("storage2", syscall.SIGSTOP)
+	defer c.Signal("storage2", syscall.SIGCONT)
+	defer c.Signal("storage1", syscall.SIGCONT)
+	read := make(chan error, 1)
+	go func() {
+		for i := range 16 {
+			b := alignedBlock(blk)
+			if _, err := f.ReadAt(b, int64(i*blk)); err != nil || b[0] != byte('a'+i) {
+				read <- fmt.Errorf("block %d read again: %q, %v", i, b[:8], err)
+				return
+			}
+		}
+		read <- nil
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		c.Signal("storage1", syscall.SIGCONT)
+		c.Signal("storage2", syscall.SIGCONT)
+		<-read
+		t.Fatal("blocks read before waited for the stopped storage servers")
+	}
+}
+
+func TestODirectReadsSeeWhatAnotherMountFsyncedOrClosed(t *testing.T) {
+	a, b := twoMounts(t)
+	time.Sleep(300 * time.Millisecond) // both watches live
+	fileOfBlocks(t, filepath.Join(a, "f"), 8)
+	reader := openDirect(t, filepath.Join(b, "f"), os.O_RDONLY)
+	for range 2 { // the second round from b's memory
+		for i := range 8 {
+			wantBlock(t, "first reads", readBlock(t, reader, i), byte('a'+i))
+		}
+	}
+
+	// Each change is read first through a new handle, which takes a
+	// new lease on the file, then through the one kept open. (A file
+	// whose leases were just revoked gets no new one for 2 s; past them
+	// only the cache's own drop keeps its old blocks from being read.)
+	reopened := func() *os.File { return openDirect(t, filepath.Join(b, "f"), os.O_RDONLY) }
+	w := openDirect(t, filepath.Join(a, "f"), os.O_WRONLY)
+	writeBlock(t, w, 1, 'X')
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	wantBlock(t, "after fsync through the other mount", readBlock(t, reopened(), 1), 'X')
+	wantBlock(t, "after fsync, on the handle kept open", readBlock(t, reader, 1), 'X')
+	writeBlock(t, w, 2, 'Y')
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantBlock(t, "after close through the other mount", readBlock(t, reopened(), 2), 'Y')
+	wantBlock(t, "after close, on the handle kept open", readBlock(t, reader, 2), 'Y')
+	wantBlock(t, "an unchanged block", readBlock(t, reader, 3), 'd')
+
+	if err := os.Truncate(filepath.Join(a, "f"), 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(a, "f"), 8*blk); err != nil {
+		t.Fatal(err)
+	}
+	wantBlock(t, "after a truncate and regrowth through the other mount", readBlock(t, reopened(), 5), 0)
+}
+
+func TestWritesThroughOneMountAreReadAtOnceThroughAnyOfItsHandles(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "f")
+	fileOfBlocks(t, path, 8)
+	reader := openDirect(t, path, os.O_RDONLY)
+	for i := range 8 {
+		readBlock(t, reader, i)
+	}
+	direct := openDirect(t, path, os.O_WRONLY)
+	writeBlock(t, direct, 1, 'X')
+	wantBlock(t, "after an O_DIRECT write through another handle", readBlock(t, reader, 1), 'X')
+
+	buffered, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buffered.Close()
+	if _, err := buffered.WriteAt(bytes.Repeat([]byte{'Z'}, 100), 2*blk+10); err != nil {
+		t.Fatal(err)
+	}
+	if err := buffered.Sync(); err != nil { // out of the kernel's page cache
+		t.Fatal(err)
+	}
+	got := readBlock(t, reader, 2)
+	if got[9] != 'c' || got[10] != 'Z' || got[109] != 'Z' || got[110] != 'c' {
+		t.Fatalf("after a buffered write of part of a block: read %q", got[:120])
+	}
+
+	if err := direct.Truncate(blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Truncate(8 * blk); err != nil {
+		t.Fatal(err)
+	}
+	wantBlock(t, "after a truncate and regrowth", readBlock(t, reader, 1), 0)
+}
