@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	var metaAddr, secretFile string
+	var metaAddr, secretFile, cacheSize string
 	var debug bool
 	var giveUp time.Duration
 	cmd := &cobra.Command{
@@ -26,12 +26,17 @@ func init() {
 			if fi, err := os.Stat(mnt); err != nil || !fi.IsDir() {
 				return fmt.Errorf("mount point %s is not a directory", mnt)
 			}
+			cacheBytes, err := blockCacheSetting(cacheSize)
+			if err != nil {
+				return err
+			}
 			secret, err := rpc.ReadSecretFile(secretFile)
 			if err != nil {
 				return err
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
-			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp)})
+			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp),
+				BlockCacheBytes: cacheBytes})
 			if err != nil {
 				return err
 			}
@@ -57,6 +62,7 @@ func init() {
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
+	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads (O_DIRECT ones too) of files this client holds leases on; 0 turns it off")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
 	rootCmd.AddCommand(cmd)
@@ -69,4 +75,20 @@ func giveUpSetting(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// blockCacheSetting maps --cache-size to client.Config.BlockCacheBytes,
+// where 0 means the default and a negative value none.
+func blockCacheSetting(s string) (int64, error) {
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("--cache-size: %w", err)
+	}
+	if n > 1<<40 {
+		return 0, fmt.Errorf("--cache-size %s is more than 1 TiB of memory", s)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return int64(n), nil
 }
