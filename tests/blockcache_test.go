@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"tandemfs/internal/fuse"
 	"tandemfs/internal/testcluster"
 )
 
@@ -77,9 +79,9 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 	path := filepath.Join(c.Mount(), "f")
 	fileOfBlocks(t, path, 64) // made here: this client holds its lease
 	f := openDirect(t, path, os.O_RDONLY)
-	for i := range 16 {
-		readBlock(t, f, i)
-	}
+	// A read that misses brings the 64 KiB around it.
+	readBlock(t, f, 0)
+	readBlock(t, f, 17)
 	// Every storage server stopped: only the client's memory can
 	// answer now.
 	c.Signal("storage1", syscall.SIGSTOP)
@@ -88,9 +90,9 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 	defer c.Signal("storage1", syscall.SIGCONT)
 	read := make(chan error, 1)
 	go func() {
-		for i := range 16 {
+		for i := range 32 {
 			b := alignedBlock(blk)
-			if _, err := f.ReadAt(b, int64(i*blk)); err != nil || b[0] != byte('a'+i) {
+			if _, err := f.ReadAt(b, int64(i*blk)); err != nil || b[0] != byte('a'+i%26) {
 				read <- fmt.Errorf("block %d read again: %q, %v", i, b[:8], err)
 				return
 			}
@@ -106,8 +108,26 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 		c.Signal("storage1", syscall.SIGCONT)
 		c.Signal("storage2", syscall.SIGCONT)
 		<-read
-		t.Fatal("blocks read before waited for the stopped storage servers")
+		t.Fatal("blocks read before, or next to those, waited for the stopped storage servers")
 	}
+	if s := clientStats(t, c.Mount()); s.BlockCacheHits < 30 || s.BlockCacheBytes < 32*blk {
+		t.Fatalf("user.tandem.client after 32 blocks read from the cache: %+v", s)
+	}
+}
+
+// clientStats reads the counters of the client serving mount.
+func clientStats(t *testing.T, mount string) fuse.ClientStats {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := syscall.Getxattr(mount, fuse.XattrClient, buf)
+	if err != nil {
+		t.Fatalf("getxattr %s: %v", fuse.XattrClient, err)
+	}
+	var s fuse.ClientStats
+	if err := json.Unmarshal(buf[:n], &s); err != nil {
+		t.Fatalf("%s: %v: %s", fuse.XattrClient, err, buf[:n])
+	}
+	return s
 }
 
 func TestODirectReadsSeeWhatAnotherMountFsyncedOrClosed(t *testing.T) {

@@ -132,6 +132,13 @@ func (bc *blockCache) read(ino, off uint64, buf []byte) bool {
 	return true
 }
 
+// hasRoom reports whether n more blocks fit without evicting any.
+func (bc *blockCache) hasRoom(n int) bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return len(bc.free)+bc.max-len(bc.slots) >= n
+}
+
 // wantsLease reports whether a read of ino that found no lease should
 // ask for one: the file has blocks here, and no read asked in the last
 // leaseRetry.
@@ -316,7 +323,7 @@ func (c *Client) blockCacheable(st *fileState, off uint64, n int) (uint64, bool)
 // a lease on the file and the cache has every block, and otherwise from
 // the storage servers, keeping what they send if cacheable (gen from
 // blockCacheable).
-func (c *Client) readThroughCache(in *proto.Inode, off uint64, buf []byte, gen uint64, cacheable bool) error {
+func (c *Client) readThroughCache(in *proto.Inode, size, off uint64, buf []byte, gen uint64, cacheable bool) error {
 	if !cacheable {
 		return c.readPieces(in, off, buf)
 	}
@@ -331,11 +338,39 @@ func (c *Client) readThroughCache(in *proto.Inode, off uint64, buf []byte, gen u
 	if !leased && bc.wantsLease(in.Ino, now) {
 		c.leaseInBackground(in.Ino)
 	}
-	if err := c.readPieces(in, off, buf); err != nil {
+	lo, hi := cacheLine(off, uint64(len(buf)), size)
+	if hi-lo == uint64(len(buf)) || !bc.hasRoom(int((hi-lo)/cacheBlock)) {
+		if err := c.readPieces(in, off, buf); err != nil {
+			return err
+		}
+		bc.insert(in.Ino, off, buf, gen)
+		return nil
+	}
+	line := getBuf(int(hi - lo))[:hi-lo]
+	defer putBuf(line)
+	if err := c.readPieces(in, lo, line); err != nil {
 		return err
 	}
-	bc.insert(in.Ino, off, buf, gen)
+	copy(buf, line[off-lo:])
+	bc.insert(in.Ino, lo, line, gen)
 	return nil
+}
+
+// cacheLineBytes is how much a read that misses brings into the cache while
+// the cache has free memory: the aligned 64 KiB around it, as block
+// caches (dm-cache, lvmcache) promote whole cache blocks, so that the
+// cache fills sixteen times faster and reads near one another find their
+// blocks. Once the cache is full, a miss brings only what was asked for:
+// reading ahead must not push out blocks that were read.
+const cacheLineBytes = 64 << 10
+
+// cacheLine is the line around a miss of n bytes at off, within the
+// file's whole blocks below size.
+func cacheLine(off, n, size uint64) (lo, hi uint64) {
+	lo = off / cacheLineBytes * cacheLineBytes
+	hi = (off + n + cacheLineBytes - 1) / cacheLineBytes * cacheLineBytes
+	hi = max(min(hi, size/cacheBlock*cacheBlock), off+n)
+	return lo, hi
 }
 
 // leaseInBackground asks for a lease on a file this client keeps open

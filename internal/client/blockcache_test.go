@@ -146,3 +146,29 @@ func TestAReadWithoutALeaseAsksForOneOnlyForCachedFilesAndNotOften(t *testing.T)
 		t.Fatal("does not ask again after leaseRetry")
 	}
 }
+
+func TestAMissBringsItsLineWhileTheCacheHasRoom(t *testing.T) {
+	const line = cacheLineBytes
+	for _, tc := range []struct{ off, n, size, lo, hi uint64 }{
+		{0, cacheBlock, 10 * line, 0, line},
+		{line + 5*cacheBlock, 2 * cacheBlock, 10 * line, line, 2 * line},
+		{line - cacheBlock, 2 * cacheBlock, 10 * line, 0, 2 * line},                          // across two lines
+		{2 * line, cacheBlock, 2*line + 3*cacheBlock + 100, 2 * line, 2*line + 3*cacheBlock}, // whole blocks below the end
+	} {
+		if lo, hi := cacheLine(tc.off, tc.n, tc.size); lo != tc.lo || hi != tc.hi {
+			t.Errorf("cacheLine(%d, %d, %d) = [%d, %d), want [%d, %d)", tc.off, tc.n, tc.size, lo, hi, tc.lo, tc.hi)
+		}
+	}
+	bc := newBlockCache(2 * line)
+	if !bc.hasRoom(int(2 * line / cacheBlock)) {
+		t.Fatal("an empty cache has no room for its size")
+	}
+	bc.insert(1, 0, blocksOf('a', int(line/cacheBlock)+1), bc.begin())
+	if bc.hasRoom(int(line / cacheBlock)) {
+		t.Fatal("room for a line where less is left")
+	}
+	bc.dropFile(1)
+	if !bc.hasRoom(int(2 * line / cacheBlock)) {
+		t.Fatal("dropped blocks are not room")
+	}
+}

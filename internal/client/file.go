@@ -208,7 +208,7 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 			return data, done, err
 		}
 	}
-	if err := h.c.readThroughCache(&layout, off, buf, gen, cacheable); err != nil {
+	if err := h.c.readThroughCache(&layout, size, off, buf, gen, cacheable); err != nil {
 		return nil, nil, err
 	}
 	return buf, noop, nil
