@@ -279,7 +279,28 @@ func (fs *FS) StatFs(cancel <-chan struct{}, h *gofuse.InHeader, out *gofuse.Sta
 const (
 	XattrStripe = "user.tandem.stripe" // get/set on a directory: {"chunk_size":..,"count":..}
 	XattrLayout = "user.tandem.layout" // get: the pattern and, for a file, where it lives
+	XattrClient = "user.tandem.client" // get, on any path: this client's caches and counters
 )
+
+// ClientStats is the JSON of user.tandem.client: what the client serving
+// the mount holds, so that an administrator can see its caches at work.
+type ClientStats struct {
+	Session          uint64 `json:"session"`
+	Watching         bool   `json:"watching"`
+	MetaCalls        uint64 `json:"meta_calls"`
+	FileLeases       int    `json:"file_leases"`
+	DirLeases        int    `json:"dir_leases"`
+	BlockCacheBytes  int64  `json:"block_cache_bytes"`
+	BlockCacheHits   uint64 `json:"block_cache_hits"`
+	BlockCacheMisses uint64 `json:"block_cache_misses"`
+}
+
+func (fs *FS) clientStats() ([]byte, error) {
+	bc := fs.c.BlockCacheStats()
+	return json.Marshal(ClientStats{Session: fs.c.Session(), Watching: fs.c.Watching(), MetaCalls: fs.c.MetaCalls(),
+		FileLeases: fs.c.FileLeases(), DirLeases: fs.c.DirLeases(),
+		BlockCacheBytes: bc.Bytes, BlockCacheHits: bc.Hits, BlockCacheMisses: bc.Misses})
+}
 
 // Layout is the JSON of user.tandem.layout.
 type Layout struct {
@@ -336,6 +357,8 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, 
 	switch attr {
 	case XattrStripe, XattrLayout:
 		v, err = fs.layout(h.NodeId)
+	case XattrClient:
+		v, err = fs.clientStats()
 	default:
 		v, err = fs.c.GetXattr(h.NodeId, attr)
 	}
