@@ -361,7 +361,9 @@ func (c *Client) readThroughCache(in *proto.Inode, size, off uint64, buf []byte,
 // caches (dm-cache, lvmcache) promote whole cache blocks, so that the
 // cache fills sixteen times faster and reads near one another find their
 // blocks. Once the cache is full, a miss brings only what was asked for:
-// reading ahead must not push out blocks that were read.
+// reading ahead must not push out blocks that were read. Chunks are
+// powers of two of at least 64 KiB, so a line lies in one chunk and
+// costs one storage call.
 const cacheLineBytes = 64 << 10
 
 // cacheLine is the line around a miss of n bytes at off, within the
