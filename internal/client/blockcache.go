@@ -379,16 +379,7 @@ func cacheLine(off, n, size uint64) (lo, hi uint64) {
 // past its lease (a lease lasts 60 s at most), so that its reads are
 // answered from the block cache again.
 func (c *Client) leaseInBackground(ino uint64) {
-	select {
-	case <-c.stop:
-		return // closing: c.wg may be waited on already
-	default:
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.OpenAttr(ino)
-	}()
+	c.inBackground(func() { c.OpenAttr(ino) })
 }
 
 // startCachedWrite drops the blocks a write of data at off replaces,

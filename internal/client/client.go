@@ -122,6 +122,21 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// inBackground runs fn in a goroutine that Close waits for, unless the
+// client is closing already (Close may be waiting on c.wg then).
+func (c *Client) inBackground(fn func()) {
+	select {
+	case <-c.stop:
+		return
+	default:
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
 // Close stops background work and closes connections.
 func (c *Client) Close() {
 	select {

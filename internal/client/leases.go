@@ -273,20 +273,13 @@ func (c *Client) missed(dir uint64) {
 	if !c.ns.watching() || !c.leases.missed(dir, time.Now()) {
 		return
 	}
-	select {
-	case <-c.stop:
-		return // closing: c.wg may be waited on already
-	default:
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.inBackground(func() {
 		sent := time.Now()
 		var reply proto.DirLeaseReply
 		r := proto.DirLeaseReq{Dir: dir, Session: c.session}
 		err := c.callLeader(proto.OpDirLease, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 		c.leases.granted(dir, &reply, err == nil, sent)
-	}()
+	})
 }
 
 // watched takes in the changes of a watch reply (after the namespace
