@@ -282,15 +282,22 @@ func (c *Client) missed(dir uint64) {
 	})
 }
 
+// endLeases ends what is trusted only while the watch is unbroken: the
+// directory and file leases, and the blocks the file leases vouch for.
+// Changes before index floor may have been missed (^0: not known yet).
+func (c *Client) endLeases(floor uint64) {
+	c.leases.clear()
+	c.fileLeases.clear(floor)
+	c.blocks.dropAll()
+}
+
 // watched takes in the changes of a watch reply (after the namespace
 // cache did): others' changes end directory and file leases. It reports
 // whether one ended, in which case the leader waits for this client's
 // next watch request.
 func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 	if forgetAll {
-		c.leases.clear()
-		c.fileLeases.clear(r.Upto)
-		c.blocks.dropAll()
+		c.endLeases(r.Upto)
 	}
 	for i := range r.Events {
 		ev := &r.Events[i]

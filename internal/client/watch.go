@@ -43,9 +43,7 @@ func (c *Client) watchLoop() {
 		cancelCall()
 		pause := watchBatch
 		if err != nil {
-			c.leases.clear()
-			c.fileLeases.clear(^uint64(0))
-			c.blocks.dropAll()
+			c.endLeases(^uint64(0))
 			if c.ns.lost() {
 				c.forgetAllCapabilities()
 				c.invalidator().InvalidateAll()
