@@ -77,11 +77,11 @@ func wantBlock(t *testing.T, what string, got []byte, c byte) {
 func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T) {
 	c := testcluster.Start(t)
 	path := filepath.Join(c.Mount(), "f")
-	fileOfBlocks(t, path, 64) // made here: this client holds its lease
+	fileOfBlocks(t, path, 256) // made here: this client holds its lease
 	f := openDirect(t, path, os.O_RDONLY)
-	// A read that misses brings the 64 KiB around it.
+	// A read that misses brings the 256 KiB (64 blocks) around it.
 	readBlock(t, f, 0)
-	readBlock(t, f, 17)
+	readBlock(t, f, 65)
 	// Every storage server stopped: only the client's memory can
 	// answer now.
 	c.Signal("storage1", syscall.SIGSTOP)
@@ -90,7 +90,7 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 	defer c.Signal("storage1", syscall.SIGCONT)
 	read := make(chan error, 1)
 	go func() {
-		for i := range 32 {
+		for i := range 128 {
 			b := alignedBlock(blk)
 			if _, err := f.ReadAt(b, int64(i*blk)); err != nil || b[0] != byte('a'+i%26) {
 				read <- fmt.Errorf("block %d read again: %q, %v", i, b[:8], err)

@@ -149,14 +149,17 @@ func TestAReadWithoutALeaseAsksForOneOnlyForCachedFilesAndNotOften(t *testing.T)
 
 func TestAMissBringsItsLineWhileTheCacheHasRoom(t *testing.T) {
 	const line = cacheLineBytes
-	for _, tc := range []struct{ off, n, size, lo, hi uint64 }{
-		{0, cacheBlock, 10 * line, 0, line},
-		{line + 5*cacheBlock, 2 * cacheBlock, 10 * line, line, 2 * line},
-		{line - cacheBlock, 2 * cacheBlock, 10 * line, 0, 2 * line},                          // across two lines
-		{2 * line, cacheBlock, 2*line + 3*cacheBlock + 100, 2 * line, 2*line + 3*cacheBlock}, // whole blocks below the end
+	const chunk = 4 * line
+	for _, tc := range []struct{ off, n, size, chunk, lo, hi uint64 }{
+		{0, cacheBlock, 10 * line, chunk, 0, line},
+		{line + 5*cacheBlock, 2 * cacheBlock, 10 * line, chunk, line, 2 * line},
+		{line - cacheBlock, 2 * cacheBlock, 10 * line, chunk, 0, 2 * line},                          // across two lines
+		{2 * line, cacheBlock, 2*line + 3*cacheBlock + 100, chunk, 2 * line, 2*line + 3*cacheBlock}, // whole blocks below the end
+		{line + 5*cacheBlock, cacheBlock, 10 * line, line / 4, line, line + line/4},                 // chunks smaller than a line: the chunk
+		{line + 5*cacheBlock, cacheBlock, 10 * line, 0, line, 2 * line},                             // no chunk size known: a line
 	} {
-		if lo, hi := cacheLine(tc.off, tc.n, tc.size); lo != tc.lo || hi != tc.hi {
-			t.Errorf("cacheLine(%d, %d, %d) = [%d, %d), want [%d, %d)", tc.off, tc.n, tc.size, lo, hi, tc.lo, tc.hi)
+		if lo, hi := cacheLine(tc.off, tc.n, tc.size, tc.chunk); lo != tc.lo || hi != tc.hi {
+			t.Errorf("cacheLine(%d, %d, %d, %d) = [%d, %d), want [%d, %d)", tc.off, tc.n, tc.size, tc.chunk, lo, hi, tc.lo, tc.hi)
 		}
 	}
 	bc := newBlockCache(2 * line)
