@@ -43,9 +43,6 @@ const cacheBlock = 4096
 // cacheMaxIO is the largest read or write whose blocks are kept.
 const cacheMaxIO = 64 << 10
 
-// slabBlocks is how many blocks the cache allocates memory for at a time.
-const slabBlocks = 256
-
 // DefaultBlockCacheBytes is the block cache's size unless configured.
 const DefaultBlockCacheBytes = 512 << 20
 
@@ -53,7 +50,7 @@ type blockCache struct {
 	mu    sync.Mutex
 	files map[uint64]*cachedFile
 	slots []cacheSlot // in use, or free when !used
-	slabs [][]byte
+	slabs slabs
 	free  []int32 // slots freed by drops, reused first
 	max   int     // slots
 	hand  int     // the clock's hand, for eviction
@@ -84,11 +81,7 @@ func newBlockCache(bytes int64) *blockCache {
 func (bc *blockCache) enabled() bool { return bc != nil && bc.max > 0 }
 
 // mem is slot i's memory.
-func (bc *blockCache) mem(i int32) []byte {
-	s := bc.slabs[int(i)/slabBlocks]
-	o := int(i) % slabBlocks * cacheBlock
-	return s[o : o+cacheBlock]
-}
+func (bc *blockCache) mem(i int32) []byte { return bc.slabs.block(i) }
 
 // begin returns the generation an insert of what an I/O that starts now
 // brings must name.
@@ -197,7 +190,7 @@ func (bc *blockCache) slotLocked() (int32, bool) {
 	}
 	if len(bc.slots) < bc.max {
 		if len(bc.slots)%slabBlocks == 0 {
-			bc.slabs = append(bc.slabs, make([]byte, slabBlocks*cacheBlock))
+			bc.slabs.grow(bc)
 		}
 		bc.slots = append(bc.slots, cacheSlot{})
 		return int32(len(bc.slots) - 1), true

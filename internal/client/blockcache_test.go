@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func blocksOf(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n*cacheBlock) }
@@ -87,15 +88,15 @@ func TestBlockCacheStaysWithinItsSizeAndKeepsBlocksInUse(t *testing.T) {
 	if s := bc.stats(); s.Bytes != size {
 		t.Fatalf("holds %d bytes after filling, want %d", s.Bytes, size)
 	}
-	if len(bc.slabs) != 2 {
-		t.Fatalf("%d slabs of memory for a cache of two", len(bc.slabs))
+	if len(bc.slabs.mem) != 2 {
+		t.Fatalf("%d slabs of memory for a cache of two", len(bc.slabs.mem))
 	}
 	bc.dropAll()
 	if s := bc.stats(); s.Bytes != 0 {
 		t.Fatalf("holds %d bytes after dropping all", s.Bytes)
 	}
 	bc.insert(3, 0, blocksOf('n', 3), bc.begin())
-	if len(bc.slabs) != 2 || !bc.read(3, 0, make([]byte, 3*cacheBlock)) {
+	if len(bc.slabs.mem) != 2 || !bc.read(3, 0, make([]byte, 3*cacheBlock)) {
 		t.Fatal("dropped memory was not reused")
 	}
 }
@@ -173,5 +174,22 @@ func TestAMissBringsItsLineWhileTheCacheHasRoom(t *testing.T) {
 	bc.dropFile(1)
 	if !bc.hasRoom(int(2 * line / cacheBlock)) {
 		t.Fatal("dropped blocks are not room")
+	}
+}
+
+func TestASlabIsZeroedWritableMemoryOnAHugePageBoundary(t *testing.T) {
+	mem, unmap := newSlab()
+	defer unmap()
+	if len(mem) != slabBytes {
+		t.Fatalf("a slab of %d bytes, want %d", len(mem), slabBytes)
+	}
+	if addr := uintptr(unsafe.Pointer(&mem[0])); addr%slabBytes != 0 {
+		t.Fatalf("slab at %#x, not on a %d-byte boundary", addr, slabBytes)
+	}
+	for _, i := range []int{0, slabBytes / 2, slabBytes - 1} {
+		if mem[i] != 0 {
+			t.Fatalf("byte %d of a new slab is %d", i, mem[i])
+		}
+		mem[i] = 0xa5
 	}
 }
