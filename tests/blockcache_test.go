@@ -110,9 +110,47 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 		<-read
 		t.Fatal("blocks read before, or next to those, waited for the stopped storage servers")
 	}
-	if s := clientStats(t, c.Mount()); s.BlockCacheHits < 30 || s.BlockCacheBytes < 32*blk {
-		t.Fatalf("user.tandem.client after 32 blocks read from the cache: %+v", s)
+	if s := clientStats(t, c.Mount()); s.BlockCacheHits < 128 || s.BlockCacheBytes < 128*blk {
+		t.Fatalf("user.tandem.client after 128 blocks read from the cache: %+v", s)
 	}
+}
+
+func TestTheBlocksOfARemovedFileMakeRoomAtOnce(t *testing.T) {
+	c := testcluster.Start(t)
+	cached := func(what string, want int64) {
+		t.Helper()
+		if s := clientStats(t, c.Mount()); s.BlockCacheBytes != want {
+			t.Fatalf("%s: the block cache holds %d bytes, want %d", what, s.BlockCacheBytes, want)
+		}
+	}
+	gone := filepath.Join(c.Mount(), "gone")
+	fileOfBlocks(t, gone, 8)
+	f := openDirect(t, gone, os.O_RDWR)
+	readBlock(t, f, 0) // brings the file's 8 blocks, its line
+	f.Close()
+	cached("after a read of a file of 8 blocks", 8*blk)
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	cached("after the file was removed", 0)
+
+	// A file removed while open keeps its blocks until its last close.
+	open := filepath.Join(c.Mount(), "open")
+	fileOfBlocks(t, open, 4)
+	f = openDirect(t, open, os.O_RDWR)
+	defer f.Close()
+	writeBlock(t, f, 1, 'o')
+	if err := os.Remove(open); err != nil {
+		t.Fatal(err)
+	}
+	wantBlock(t, "a block written to the open, removed file", readBlock(t, f, 1), 'o')
+	cached("while the removed file is open", blk)
+	f.Close()
+	// The kernel sends the release after close returns.
+	for deadline := time.Now().Add(2 * time.Second); clientStats(t, c.Mount()).BlockCacheBytes != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cached("after its last close", 0)
 }
 
 // clientStats reads the counters of the client serving mount.

@@ -270,6 +270,23 @@ func (bc *blockCache) dropFile(ino uint64) {
 	delete(bc.files, ino)
 }
 
+// forget frees the blocks of ino, a file this client removed or let go
+// of: their memory is room for files that are read. Unlike a drop it
+// leaves the generation alone: it says nothing about the file's bytes, so
+// what an insert in flight brings (of any file) is as good as before.
+func (bc *blockCache) forget(ino uint64) {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	f := bc.files[ino]
+	if f == nil {
+		return
+	}
+	for _, i := range f.blocks {
+		bc.freeLocked(i)
+	}
+	delete(bc.files, ino)
+}
+
 // dropAll drops every block; the memory stays for reuse.
 func (bc *blockCache) dropAll() {
 	bc.mu.Lock()

@@ -193,3 +193,20 @@ func TestASlabIsZeroedWritableMemoryOnAHugePageBoundary(t *testing.T) {
 		mem[i] = 0xa5
 	}
 }
+
+func TestForgettingAFileFreesItsBlocksButKeepsInsertsInFlight(t *testing.T) {
+	bc := newBlockCache(1 << 20)
+	bc.insert(7, 0, blocksOf('a', 4), bc.begin())
+	gen := bc.begin() // a read of file 8 starts
+	bc.forget(7)
+	if s := bc.stats(); s.Bytes != 0 {
+		t.Fatalf("holds %d bytes of a forgotten file", s.Bytes)
+	}
+	if bc.read(7, 0, make([]byte, cacheBlock)) {
+		t.Fatal("answers for a forgotten file")
+	}
+	bc.insert(8, 0, blocksOf('b', 1), gen)
+	if !bc.read(8, 0, make([]byte, cacheBlock)) {
+		t.Fatal("forgetting one file voided another file's insert")
+	}
+}

@@ -149,6 +149,9 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	if err == nil && open && !reply.Removed {
 		c.markOrphan(reply.Ino)
 	}
+	if err == nil && reply.Removed && c.blocks.enabled() {
+		c.blocks.forget(reply.Ino)
+	}
 	return err
 }
 
