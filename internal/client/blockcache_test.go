@@ -2,9 +2,12 @@ package client
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func blocksOf(c byte, n int) []byte { return bytes.Repeat([]byte{c}, n*cacheBlock) }
@@ -208,5 +211,26 @@ func TestForgettingAFileFreesItsBlocksButKeepsInsertsInFlight(t *testing.T) {
 	bc.insert(8, 0, blocksOf('b', 1), gen)
 	if !bc.read(8, 0, make([]byte, cacheBlock)) {
 		t.Fatal("forgetting one file voided another file's insert")
+	}
+}
+
+func TestACacheNoLongerReachableGivesItsSlabsBack(t *testing.T) {
+	// msync fails with ENOMEM on a range that is not wholly mapped.
+	mapped := func(slab unsafe.Pointer) bool {
+		return unix.Msync(unsafe.Slice((*byte)(slab), slabBytes), 0) == nil
+	}
+	bc := newBlockCache(1 << 20)
+	bc.insert(1, 0, blocksOf('s', 1), bc.begin())
+	slab := unsafe.Pointer(&bc.slabs.mem[0][0]) // outside the Go heap: it keeps nothing alive
+	if !mapped(slab) {
+		t.Fatalf("the slab at %p is not mapped", slab)
+	}
+	bc = nil
+	for deadline := time.Now().Add(5 * time.Second); mapped(slab) && time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if mapped(slab) {
+		t.Fatalf("the slab at %p is still mapped after its cache was collected", slab)
 	}
 }

@@ -41,9 +41,7 @@ func newSlab() (mem []byte, unmap func()) {
 	if skip > 0 {
 		unix.MunmapPtr(p, skip)
 	}
-	if tail := slabBytes - skip; tail > 0 {
-		unix.MunmapPtr(unsafe.Add(p, skip+slabBytes), tail)
-	}
+	unix.MunmapPtr(unsafe.Add(p, skip+slabBytes), slabBytes-skip)
 	start := unsafe.Add(p, skip)
 	mem = unsafe.Slice((*byte)(start), slabBytes)
 	// Only advice: without huge pages the slab still works, a page at a
