@@ -260,14 +260,7 @@ func (bc *blockCache) dropFile(ino uint64) {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
 	bc.gen++
-	f := bc.files[ino]
-	if f == nil {
-		return
-	}
-	for _, i := range f.blocks {
-		bc.freeLocked(i)
-	}
-	delete(bc.files, ino)
+	bc.freeFileLocked(ino)
 }
 
 // forget frees the blocks of ino, a file this client removed or let go
@@ -277,6 +270,11 @@ func (bc *blockCache) dropFile(ino uint64) {
 func (bc *blockCache) forget(ino uint64) {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
+	bc.freeFileLocked(ino)
+}
+
+// freeFileLocked frees every block of ino.
+func (bc *blockCache) freeFileLocked(ino uint64) {
 	f := bc.files[ino]
 	if f == nil {
 		return
