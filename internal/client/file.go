@@ -438,9 +438,7 @@ func (h *Handle) Release() error {
 	if last && orphan {
 		r := proto.InoReq{Ino: st.ino, Session: c.session}
 		c.metaCall(proto.OpRelease, r.Encode, nil)
-		if c.blocks.enabled() {
-			c.blocks.forget(st.ino)
-		}
+		c.blocks.forget(st.ino)
 	}
 	return err
 }

@@ -149,7 +149,7 @@ func (c *Client) Unlink(parent uint64, name string, dir bool) error {
 	if err == nil && open && !reply.Removed {
 		c.markOrphan(reply.Ino)
 	}
-	if err == nil && reply.Removed && c.blocks.enabled() {
+	if err == nil && reply.Removed {
 		c.blocks.forget(reply.Ino)
 	}
 	return err
