@@ -73,6 +73,7 @@ type Client struct {
 	leases     *leaseTable     // directories this client knows every name of (leases.go)
 	fileLeases *fileLeaseTable // files this client opens without asking (fileleases.go)
 	blocks     *blockCache     // small reads answered from memory (blockcache.go)
+	pages      pageVersions    // when the kernel may keep a file's pages (kernelpages.go)
 	metaCalls  atomic.Uint64   // calls to the metadata service, watches aside
 	inv        atomic.Pointer[Invalidator]
 

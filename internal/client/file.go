@@ -221,6 +221,15 @@ func noop() {}
 // Write, Flush or Fsync; O_DIRECT and O_SYNC writes complete before
 // returning.
 func (h *Handle) Write(data []byte, off uint64) (int, error) {
+	n, err := h.write(data, off)
+	if err != nil {
+		// The kernel may hold bytes of it that the servers do not.
+		h.c.pages.forget(h.st.ino)
+	}
+	return n, err
+}
+
+func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st := h.st
 	if err := st.takeErr(); err != nil {
 		return 0, err
@@ -237,7 +246,7 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 			if err := h.c.reloadMoved(st); err != nil {
 				return 0, err
 			}
-			return h.Write(data, off)
+			return h.write(data, off)
 		}
 		if err := h.c.commitLocked(st, false); err != nil { // pending inline writes first
 			st.mu.Unlock()
@@ -265,6 +274,7 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 		st.inflight.add(off, end)
 		go func() {
 			if err := h.c.writePieces(&layout, off, buf, false); err != nil {
+				h.c.pages.forget(st.ino)
 				st.setErr(err)
 			}
 			putBuf(buf)

@@ -61,6 +61,9 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 	}
 	out.Fh = fs.addFile(h)
 	out.OpenFlags |= openReplyFlags(in.Flags)
+	if in.Flags&syscall.O_TRUNC == 0 && fs.c.KeepKernelPages(n) {
+		out.OpenFlags |= gofuse.FOPEN_KEEP_CACHE // kernelpages.go
+	}
 	return gofuse.OK
 }
 
@@ -94,6 +97,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofus
 	if h == nil {
 		return nil, gofuse.EBADF
 	}
+	fs.reads.Add(1)
 	data, done, err := h.ReadData(buf[:in.Size], in.Offset)
 	if err != nil {
 		return nil, status(err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
@@ -22,7 +23,8 @@ type FS struct {
 	gofuse.RawFileSystem // ENOSYS for what is not implemented
 	c                    *client.Client
 
-	kernel *kernelCache // the kernel's timeouts and invalidations
+	kernel *kernelCache  // the kernel's timeouts and invalidations
+	reads  atomic.Uint64 // READ requests, for user.tandem.client
 
 	mu      sync.Mutex
 	nextFh  uint64
@@ -293,13 +295,19 @@ type ClientStats struct {
 	BlockCacheBytes  int64  `json:"block_cache_bytes"`
 	BlockCacheHits   uint64 `json:"block_cache_hits"`
 	BlockCacheMisses uint64 `json:"block_cache_misses"`
+	// OpensKeptPages counts the opens after which the kernel answered
+	// reads from the pages it already held (client/kernelpages.go).
+	OpensKeptPages uint64 `json:"opens_kept_pages"`
+	// Reads counts the reads the kernel asked this client for.
+	Reads uint64 `json:"reads"`
 }
 
 func (fs *FS) clientStats() ([]byte, error) {
 	bc := fs.c.BlockCacheStats()
 	return json.Marshal(ClientStats{Session: fs.c.Session(), Watching: fs.c.Watching(), MetaCalls: fs.c.MetaCalls(),
 		FileLeases: fs.c.FileLeases(), DirLeases: fs.c.DirLeases(),
-		BlockCacheBytes: bc.Bytes, BlockCacheHits: bc.Hits, BlockCacheMisses: bc.Misses})
+		BlockCacheBytes: bc.Bytes, BlockCacheHits: bc.Hits, BlockCacheMisses: bc.Misses,
+		OpensKeptPages: fs.c.OpensKeptPages(), Reads: fs.reads.Load()})
 }
 
 // Layout is the JSON of user.tandem.layout.
