@@ -16,16 +16,6 @@ import (
 // changed it (internal/client/kernelpages.go). A change made through
 // another mount, even one that keeps the size, is read at the next open.
 
-// readAll reads path through a fresh open, failing the test on error.
-func readAll(t *testing.T, path string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 func TestAFileReadAgainComesFromTheKernelsPages(t *testing.T) {
 	c := testcluster.Start(t)
 	m := c.Mount()
@@ -38,12 +28,12 @@ func TestAFileReadAgainComesFromTheKernelsPages(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the watch is live, so leases are granted
 	// The first open after the write's commit drops what the kernel
 	// holds (the inode moved on); it reads through the client.
-	if !bytes.Equal(readAll(t, path), want) {
+	if !bytes.Equal(mustRead(t, path), want) {
 		t.Fatal("first read differs from what was written")
 	}
 	before := clientStats(t, m)
 	for i := range 3 {
-		if !bytes.Equal(readAll(t, path), want) {
+		if !bytes.Equal(mustRead(t, path), want) {
 			t.Fatalf("read %d differs from what was written", i+2)
 		}
 	}
@@ -66,7 +56,7 @@ func TestAFileRewrittenInPlaceThroughAnotherMountIsReadAnew(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 3 { // the kernel of a holds the pages, kept across opens
-			if !bytes.Equal(readAll(t, name), old) {
+			if !bytes.Equal(mustRead(t, name), old) {
 				t.Fatalf("round %d: a read back something else than it wrote", i)
 			}
 		}
@@ -83,7 +73,7 @@ func TestAFileRewrittenInPlaceThroughAnotherMountIsReadAnew(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := append(append(append([]byte{}, old[:8192]...), patch...), old[8192+4096:]...)
-		if got := readAll(t, name); !bytes.Equal(got, want) {
+		if got := mustRead(t, name); !bytes.Equal(got, want) {
 			t.Fatalf("round %d: a file rewritten in place through another mount read %q at 8192, want %q",
 				i, got[8192:8200], want[8192:8200])
 		}
