@@ -87,3 +87,25 @@ func TestTailKeepsTheLastLines(t *testing.T) {
 		t.Fatalf("tail = %q", got)
 	}
 }
+
+func TestStorageServersShareTheCoresUnlessGOMAXPROCSIsSet(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	for _, c := range []struct {
+		cpus, servers int
+		want          string
+	}{
+		{2, 2, "GOMAXPROCS=1"},
+		{16, 2, "GOMAXPROCS=8"},
+		{2, 4, "GOMAXPROCS=1"}, // never less than one
+		{8, 3, "GOMAXPROCS=2"},
+	} {
+		env := storageEnv(c.cpus, c.servers)
+		if len(env) != 1 || env[0] != c.want {
+			t.Errorf("%d cpus, %d servers: env %q, want %q", c.cpus, c.servers, env, c.want)
+		}
+	}
+	t.Setenv("GOMAXPROCS", "5")
+	if env := storageEnv(2, 2); env != nil {
+		t.Errorf("with GOMAXPROCS set by the administrator: env %q, want none added", env)
+	}
+}

@@ -1,0 +1,44 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+
+	"tandemfs/internal/testcluster"
+)
+
+// A one-machine cluster divides the cores among its storage servers: each
+// runs with GOMAXPROCS set to its share, while the client keeps them all.
+func TestUpGivesEachStorageServerItsShareOfTheCores(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set in this environment, which `tandem up` then leaves alone")
+	}
+	c := testcluster.Start(t)
+	want := fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/2))
+	for _, name := range []string{"storage1", "storage2"} {
+		if env := processEnv(t, c, name); !strings.Contains(env, "\x00"+want+"\x00") {
+			t.Errorf("%s runs without %s", name, want)
+		}
+	}
+	if env := processEnv(t, c, "mount"); strings.Contains(env, "GOMAXPROCS=") {
+		t.Errorf("the client runs with a GOMAXPROCS of its own")
+	}
+}
+
+// processEnv returns the environment of the cluster's process name, NUL
+// separated, with a NUL at both ends.
+func processEnv(t *testing.T, c *testcluster.Cluster, name string) string {
+	t.Helper()
+	pid, err := os.ReadFile(c.PidFile(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "\x00" + string(env)
+}
