@@ -300,6 +300,7 @@ func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
 
 func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 	want := 0
+	env := storageEnv(runtime.NumCPU(), len(l.Servers))
 	for _, s := range l.Servers {
 		args := []string{"storage", "--listen", s.Listen, "--meta", l.MetaAddr, "--secret-file", l.SecretFile,
 			"--state", filepath.Join(o.Dir, "storage", s.Name)}
@@ -316,7 +317,7 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 			args = append(args, "--scrub-every", o.ScrubEvery.String())
 		}
 		args = append(args, o.StorageFlags...)
-		started, err := o.start(s.Name, args, storageEnv(runtime.NumCPU(), len(l.Servers)))
+		started, err := o.start(s.Name, args, env)
 		if err != nil {
 			return err
 		}
