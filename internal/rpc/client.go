@@ -30,6 +30,8 @@ type Client struct {
 	DialTimeout time.Duration // default 3 s
 	CallTimeout time.Duration // default 60 s; 0 keeps the default
 	MaxIdle     int           // default 16
+	// Observer, if set, is told of every call made.
+	Observer Observer
 
 	mu     sync.Mutex
 	idle   []*conn
@@ -184,8 +186,22 @@ func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(
 	return c.callData(nil, op, enc, data, dec)
 }
 
+// frameBytes counts the bytes of one call's request and reply frames.
+type frameBytes struct{ sent, received int }
+
 func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
-	cn, err := c.send(ctx, op, enc, data)
+	if c.Observer == nil {
+		return c.doCallData(ctx, op, enc, data, dec, &frameBytes{})
+	}
+	var n frameBytes
+	start := time.Now()
+	err := c.doCallData(ctx, op, enc, data, dec, &n)
+	c.Observer.Observe(op, start, n.sent, n.received, err != nil)
+	return err
+}
+
+func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error, n *frameBytes) error {
+	cn, err := c.send(ctx, op, enc, data, n)
 	if err != nil {
 		return err
 	}
@@ -198,6 +214,7 @@ func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), d
 		}
 		return &NetError{c.Addr, err}
 	}
+	n.received = lenBytes + len(in)
 	if len(in) < respHeader {
 		c.broken(cn)
 		return &NetError{c.Addr, errors.New("reply frame without header")}
@@ -223,7 +240,7 @@ func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), d
 
 // send takes a connection and writes one request on it: op, what enc
 // writes, then data. On error the connection is already dealt with.
-func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte) (*conn, error) {
+func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, n *frameBytes) (*conn, error) {
 	if ctx != nil && ctx.Err() != nil {
 		return nil, c.ctxErr(ctx, ctx.Err())
 	}
@@ -247,6 +264,7 @@ func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data 
 		c.put(cn)
 		return nil, &Error{Errno: syscall.EINVAL, Msg: err.Error()}
 	}
+	n.sent = len(e.B) + len(data)
 	if len(data) == 0 {
 		_, err = cn.Write(e.B)
 	} else {
@@ -272,7 +290,21 @@ func (c *Client) CallRead(op uint16, enc func(*wire.Enc), dst []byte) (int, erro
 }
 
 func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte) (int, error) {
-	cn, err := c.send(ctx, op, enc, nil)
+	if c.Observer == nil {
+		return c.doCallRead(ctx, op, enc, dst, &frameBytes{})
+	}
+	var fb frameBytes
+	start := time.Now()
+	n, err := c.doCallRead(ctx, op, enc, dst, &fb)
+	if err == nil {
+		fb.received = lenBytes + respHeader + 4 + n // the frame, the byte string's length, its bytes
+	}
+	c.Observer.Observe(op, start, fb.sent, fb.received, err != nil)
+	return n, err
+}
+
+func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte, fb *frameBytes) (int, error) {
+	cn, err := c.send(ctx, op, enc, nil, fb)
 	if err != nil {
 		return 0, err
 	}

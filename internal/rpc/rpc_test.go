@@ -22,6 +22,12 @@ var secret = Secret("0123456789abcdef0123456789abcdef")
 // op 4 answers after 2 s.
 func echoServer(t *testing.T, s Secret) (*Server, string, *logBuf) {
 	t.Helper()
+	return observedEchoServer(t, s, nil)
+}
+
+// observedEchoServer is echoServer telling obs of every request served.
+func observedEchoServer(t *testing.T, s Secret, obs Observer) (*Server, string, *logBuf) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +51,7 @@ func echoServer(t *testing.T, s Secret) (*Server, string, *logBuf) {
 			return nil
 		}
 		return Errorf(syscall.ENOSYS, "unknown op %d", op)
-	}}
+	}, Observer: obs}
 	go srv.Serve(ln)
 	t.Cleanup(srv.Close)
 	return srv, ln.Addr().String(), logs

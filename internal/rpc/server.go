@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"time"
 
 	"tandemfs/internal/wire"
 )
@@ -18,6 +19,13 @@ import (
 // from req are valid only until the handler returns.
 type HandlerFunc func(op uint16, req *wire.Dec, resp *wire.Enc) error
 
+// Observer is told of every request a Server serves or call a Client
+// makes, for metrics: the operation, when it began, the bytes of its
+// request and reply frames, and whether it failed.
+type Observer interface {
+	Observe(op uint16, start time.Time, sent, received int, failed bool)
+}
+
 // Server accepts authenticated connections and serves requests on each one
 // in order, one goroutine per connection.
 type Server struct {
@@ -25,6 +33,8 @@ type Server struct {
 	Secret  Secret
 	Handler HandlerFunc
 	Logf    func(format string, args ...any)
+	// Observer, if set, is told of every request served.
+	Observer Observer
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -118,7 +128,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
-		out = s.handle(in, out)
+		out = s.serveFrame(in, out)
 		if _, err := c.Write(out); err != nil {
 			return
 		}
@@ -126,6 +136,23 @@ func (s *Server) serveConn(c net.Conn) {
 			out = make([]byte, 0, 64<<10) // do not pin huge buffers
 		}
 	}
+}
+
+// serveFrame runs one request frame, tells the Observer, and returns the
+// reply frame.
+func (s *Server) serveFrame(in, out []byte) []byte {
+	if s.Observer == nil {
+		return s.handle(in, out)
+	}
+	start := time.Now()
+	out = s.handle(in, out)
+	var op uint16
+	if len(in) >= 2 {
+		op = binary.LittleEndian.Uint16(in)
+	}
+	failed := binary.LittleEndian.Uint32(out[lenBytes:]) != 0
+	s.Observer.Observe(op, start, len(out), lenBytes+len(in), failed)
+	return out
 }
 
 // handle runs one request frame and returns the reply frame.
