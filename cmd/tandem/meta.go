@@ -68,6 +68,7 @@ func init() {
 			if err != nil {
 				return err
 			}
+			svc.ExportMetrics()
 			logger.Printf("serving on %s (raft %s, data %s)", svc.Addr(), raftListen, dir)
 			waitForSignal()
 			logger.Printf("shutting down")
@@ -93,6 +94,7 @@ func init() {
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
+	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

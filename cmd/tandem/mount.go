@@ -41,6 +41,7 @@ func init() {
 				return err
 			}
 			defer c.Close()
+			c.ExportMetrics()
 			srv, err := fuse.Mount(c, mnt, fuse.MountOptions{Debug: debug})
 			if err != nil {
 				return err
@@ -65,6 +66,7 @@ func init() {
 	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads (O_DIRECT ones too) of files this client holds leases on; 0 turns it off")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
+	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

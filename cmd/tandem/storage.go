@@ -98,6 +98,7 @@ it was registered with before.`,
 			if err != nil {
 				return err
 			}
+			svc.ExportMetrics()
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			<-ctx.Done()
@@ -119,6 +120,7 @@ it was registered with before.`,
 	f.StringVar(&scrubRate, "scrub-rate", "64M", "most bytes a second a scrub reads (e.g. 64M; 0: no limit)")
 	f.Float64Var(&resyncShare, "resync-share", storage.DefaultResyncShare, "while this server copies a resync, the share of the bytes moved here that the copy is guaranteed against clients' reads and writes, which wait for it (0: no pacing)")
 	addPprofFlag(cmd)
+	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -106,7 +106,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, addr := range strings.Split(cfg.MetaAddr, ",") {
 		if addr = strings.TrimSpace(addr); addr != "" {
-			c.metas = append(c.metas, rpc.NewClient(addr, cfg.Secret))
+			m := rpc.NewClient(addr, cfg.Secret)
+			m.Observer = metaCallMetrics
+			c.metas = append(c.metas, m)
 		}
 	}
 	if len(c.metas) == 0 {
@@ -294,6 +296,7 @@ func (c *Client) storageClient(addr string) *rpc.Client {
 	if !ok {
 		s = rpc.NewClient(addr, c.cfg.Secret)
 		s.MaxIdle = 64
+		s.Observer = storageCallMetrics
 		c.storage[addr] = s
 	}
 	return s

@@ -173,6 +173,7 @@ func (c *storageClients) get(addr string) *rpc.Client {
 	if !ok {
 		cl = rpc.NewClient(addr, c.secret)
 		cl.CallTimeout = 30 * time.Second
+		cl.Observer = storageCallMetrics
 		c.clients[addr] = cl
 	}
 	return cl

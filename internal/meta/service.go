@@ -175,7 +175,7 @@ func Start(cfg Config) (*Service, error) {
 		s.Close()
 		return nil, err
 	}
-	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf}
+	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf, Observer: servedMetrics}
 	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.leadershipLoop() }()
 	go func() { defer s.wg.Done(); s.failureLoop() }()

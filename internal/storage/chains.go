@@ -226,6 +226,7 @@ func (s *Service) peer(addr string) *rpc.Client {
 		c = rpc.NewClient(addr, s.cfg.Secret)
 		c.MaxIdle = 64
 		c.CallTimeout = 30 * time.Second
+		c.Observer = peerCallMetrics
 		s.cs.peers[addr] = c
 	}
 	return c

@@ -109,12 +109,12 @@ func Start(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err)
 	}
 	s.addr = advertiseAddr(cfg, s.ln.Addr())
-	s.srv = &rpc.Server{Name: "storage", Secret: cfg.Secret, Handler: s.handle, Logf: func(f string, a ...any) { s.logf("storage: "+f, a...) }}
+	s.srv = &rpc.Server{Name: "storage", Secret: cfg.Secret, Handler: s.handle, Logf: func(f string, a ...any) { s.logf("storage: "+f, a...) }, Observer: servedMetrics}
 	for _, a := range cfg.MetaAddrs {
-		s.metas = append(s.metas, rpc.NewClient(a, cfg.Secret))
+		s.metas = append(s.metas, metaClient(a, cfg.Secret))
 	}
 	for _, a := range cfg.PrivateMetaAddrs {
-		s.private = append(s.private, rpc.NewClient(a, cfg.Secret))
+		s.private = append(s.private, metaClient(a, cfg.Secret))
 	}
 	s.wg.Add(4)
 	go s.scrubLoop()

@@ -1,0 +1,45 @@
+package storage
+
+import (
+	"strconv"
+
+	"tandemfs/internal/metrics"
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+var (
+	// servedMetrics records the requests this server answers: clients'
+	// and, forwarded along chains, other heads'.
+	servedMetrics = metrics.Served("storage", proto.OpName)
+	// peerCallMetrics records calls to other storage servers (forwarded
+	// writes, resync copies, repairs).
+	peerCallMetrics = metrics.Called("storage", proto.OpName)
+	metaCallMetrics = metrics.Called("meta", proto.OpName)
+)
+
+// metaClient is an RPC client for a metadata service at addr.
+func metaClient(addr string, secret rpc.Secret) *rpc.Client {
+	c := rpc.NewClient(addr, secret)
+	c.Observer = metaCallMetrics
+	return c
+}
+
+// ExportMetrics adds this server's per-target gauges to the process's
+// metrics: each target's file system size and free bytes, labelled with
+// the target's ID and directory, so a filling disk can raise an alert.
+func (s *Service) ExportMetrics() {
+	capacity := func(name, help string, pick func(total, free uint64) uint64) {
+		metrics.GaugesFunc(name, help, []string{"target", "dir"}, func(emit func(float64, ...string)) {
+			for _, t := range s.Targets() {
+				if total, free, err := t.Capacity(); err == nil {
+					emit(float64(pick(total, free)), strconv.FormatUint(uint64(t.ID()), 10), t.Dir())
+				}
+			}
+		})
+	}
+	capacity("tandem_storage_target_size_bytes", "Size of the file system holding the target.",
+		func(total, _ uint64) uint64 { return total })
+	capacity("tandem_storage_target_free_bytes", "Bytes free for the target on its file system.",
+		func(_, free uint64) uint64 { return free })
+}
