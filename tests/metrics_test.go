@@ -32,6 +32,11 @@ func TestEveryServiceExportsWhatItDoesAsPrometheusMetrics(t *testing.T) {
 			meta.sum("tandem_meta_leader"), meta.sum("tandem_meta_raft_applied_index"))
 	}
 
+	if meta.sum("tandem_meta_chain_members", `state="serving"`) < 2 || !meta.has("tandem_meta_chains_degraded") || meta.sum("tandem_meta_chains_degraded") != 0 {
+		t.Errorf("meta: %v serving chain members and %v degraded chains on a healthy cluster",
+			meta.sum("tandem_meta_chain_members", `state="serving"`), meta.sum("tandem_meta_chains_degraded"))
+	}
+
 	// Two copies: the client sends every byte to a chain's head, which
 	// forwards it to the other member.
 	var received, forwarded float64
@@ -60,6 +65,30 @@ func TestEveryServiceExportsWhatItDoesAsPrometheusMetrics(t *testing.T) {
 	}
 	if mount.sum("tandem_client_meta_calls_total") < 1 || !mount.has("go_goroutines") {
 		t.Errorf("the mount lacks its own counts or the Go runtime's metrics")
+	}
+}
+
+// When a storage server dies, the metadata service's metrics show its
+// chains degraded and their members on it offline, the alert an
+// administrator needs before a second failure.
+func TestMetricsShowTheChainsOfAFailedServerDegraded(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
+	c := testcluster.Start(t)
+	if v := scrapeMetrics(t, c, "meta").sum("tandem_meta_chains_degraded"); v != 0 {
+		t.Fatalf("%v chains degraded before any failure", v)
+	}
+	c.KillProcess("storage2")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m := scrapeMetrics(t, c, "meta")
+		degraded, offline := m.sum("tandem_meta_chains_degraded"), m.sum("tandem_meta_chain_members", `state="offline"`)
+		if degraded > 0 && offline > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after storage2 died: %v chains degraded, %v members offline", degraded, offline)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

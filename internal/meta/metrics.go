@@ -21,7 +21,7 @@ func (s *Service) RaftIndexes() (last, commit, applied uint64) {
 }
 
 // ExportMetrics adds this service's gauges to the process's metrics:
-// whether it leads, and its Raft indexes.
+// whether it leads, its Raft indexes, and the state of the chains.
 func (s *Service) ExportMetrics() {
 	metrics.Func("tandem_meta_leader", "1 while this metadata replica leads and serves, else 0.", func() float64 {
 		if s.Leading() {
@@ -35,4 +35,51 @@ func (s *Service) ExportMetrics() {
 	index("tandem_meta_raft_last_index", "Last index in this replica's Raft log.", func(l, _, _ uint64) uint64 { return l })
 	index("tandem_meta_raft_commit_index", "Last Raft index this replica knows committed.", func(_, c, _ uint64) uint64 { return c })
 	index("tandem_meta_raft_applied_index", "Last Raft index applied to this replica's namespace.", func(_, _, a uint64) uint64 { return a })
+	s.exportChainMetrics()
+}
+
+// exportChainMetrics adds the cluster map's chains to the metrics: how
+// many members are in each state, and how many chains run with fewer
+// copies than they have members (the alert an administrator wants: a
+// second failure there would stop their files).
+func (s *Service) exportChainMetrics() {
+	states := []uint8{proto.MemberServing, proto.MemberSyncing, proto.MemberOffline}
+	metrics.GaugesFunc("tandem_meta_chain_members", "Members of chains, by state (serving, syncing, offline).", []string{"state"},
+		func(emit func(float64, ...string)) {
+			count, _, ok := s.chainCounts()
+			for _, st := range states {
+				if ok {
+					emit(float64(count[st]), proto.MemberStateName(st))
+				}
+			}
+		})
+	metrics.GaugesFunc("tandem_meta_chains_degraded", "Chains with a member that is not serving (fewer copies than members).", nil,
+		func(emit func(float64, ...string)) {
+			if _, degraded, ok := s.chainCounts(); ok {
+				emit(float64(degraded))
+			}
+		})
+}
+
+// chainCounts counts the members of the cluster map's chains by state,
+// and the chains with a member not serving; ok is false if the map could
+// not be read.
+func (s *Service) chainCounts() (members map[uint8]int, degraded int, ok bool) {
+	chains, err := loadChains(s.fsm.db)
+	if err != nil {
+		return nil, 0, false
+	}
+	members = map[uint8]int{}
+	for _, c := range chains {
+		whole := true
+		for _, t := range c.Targets {
+			st, _ := c.State(t)
+			members[st]++
+			whole = whole && st == proto.MemberServing
+		}
+		if !whole {
+			degraded++
+		}
+	}
+	return members, degraded, true
 }
