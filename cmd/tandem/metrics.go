@@ -11,23 +11,20 @@ import (
 
 // addMetricsFlag gives a service command a --metrics ADDR flag that serves
 // its Prometheus metrics on http://ADDR/metrics (docs/architecture.md,
-// "Metrics", lists them). TANDEM_METRICS=127.0.0.1:0 serves every process of a
-// `tandem up` cluster, each on its own port, named in its log.
+// "Metrics", lists them). TANDEM_METRICS=127.0.0.1:0 serves every process
+// of a `tandem up` cluster, each on its own port, named in its log.
 func addMetricsFlag(cmd *cobra.Command) {
 	var addr string
 	cmd.Flags().StringVar(&addr, "metrics", os.Getenv("TANDEM_METRICS"), "serve Prometheus metrics on http://ADDR/metrics (e.g. :9300)")
-	prev := cmd.PreRunE
-	cmd.PreRunE = func(c *cobra.Command, args []string) error {
-		if addr != "" {
-			a, err := metrics.Listen(addr)
-			if err != nil {
-				return err
-			}
-			log.Printf("metrics on http://%s/metrics", a)
+	beforeRun(cmd, func() error {
+		if addr == "" {
+			return nil
 		}
-		if prev != nil {
-			return prev(c, args)
+		a, err := metrics.Listen(addr)
+		if err != nil {
+			return err
 		}
+		log.Printf("metrics on http://%s/metrics", a)
 		return nil
-	}
+	})
 }
