@@ -72,8 +72,9 @@ func TestHungServerCannotHarmWhenItWakesUp(t *testing.T) {
 // TestFenceAgentsRunPrimaryThenSecondary: the metadata leader fences a
 // server it failed over with the agents configured for it, in order; when
 // the primary (think iDRAC) fails, the secondary (think PDU) is used, and
-// `tandem status` reports both results.
+// `tandem status` and the metadata service's metrics report both results.
 func TestFenceAgentsRunPrimaryThenSecondary(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +116,28 @@ func TestFenceAgentsRunPrimaryThenSecondary(t *testing.T) {
 	if got := mustRead(t, path); !bytes.Equal(got, data) {
 		t.Fatal("data changed across the failover")
 	}
+	m := scrapeMetrics(t, c, "meta")
+	for _, want := range []struct {
+		labels []string
+		n      float64
+	}{
+		{[]string{`agent="idrac"`, `result="failed"`}, 1},
+		{[]string{`agent="pdu"`, `result="ok"`}, 1},
+		{[]string{`result="ok"`}, 1},
+	} {
+		if got := m.sum("tandem_meta_fence_agent_runs_total", want.labels...); got != want.n {
+			t.Errorf("fence agent runs %v: %v, want %v", want.labels, got, want.n)
+		}
+	}
+	if m.sum("tandem_meta_fences_total", `result="fenced"`) != 1 || m.sum("tandem_meta_server_failovers_total") != 1 {
+		t.Errorf("metrics: %v fenced, %v failovers; want 1 and 1",
+			m.sum("tandem_meta_fences_total", `result="fenced"`), m.sum("tandem_meta_server_failovers_total"))
+	}
 	c.Up()
 	waitAllServing(t, c, 90*time.Second)
+	if n := scrapeMetrics(t, c, "meta").sum("tandem_meta_server_rejoins_total"); n != 1 {
+		t.Errorf("metrics: %v rejoins after storage2 came back, want 1", n)
+	}
 }
 
 // waitFencing waits for a fencing report in `tandem status --json`.

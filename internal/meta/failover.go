@@ -63,6 +63,7 @@ func (s *Service) checkServers(leaderSince time.Time) {
 			s.logf("storage server %d (%s) silent for over %v: failing over its chains", srv.ID, srv.Addr, s.cfg.FailureTimeout)
 			s.flaps.failed(srv.ID)
 			if s.proposeServer(opFailServer, srv.ID) {
+				serverFailovers.Inc()
 				s.fenceServer(srv)
 			}
 		case !silent && offline:
@@ -70,7 +71,9 @@ func (s *Service) checkServers(leaderSince time.Time) {
 				continue
 			}
 			s.logf("storage server %d (%s) is back: resyncing its chain members", srv.ID, srv.Addr)
-			s.proposeServer(opRejoinServer, srv.ID)
+			if s.proposeServer(opRejoinServer, srv.ID) {
+				serverRejoins.Inc()
+			}
 		}
 	}
 }
@@ -172,6 +175,7 @@ func (s *Service) fenceServer(srv proto.Server) {
 		}()
 		o := s.cfg.Fence.Fence(ctx, fence.Server{UUID: srv.UUID, Addr: srv.Addr, ID: srv.ID})
 		s.fences.Record(o)
+		countFence(o)
 		s.logf("fencing: %s", o)
 	}()
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"tandemfs/internal/fence"
 	"tandemfs/internal/metrics"
 	"tandemfs/internal/proto"
 )
@@ -10,7 +11,36 @@ var (
 	servedMetrics = metrics.Served("meta", proto.OpName)
 	// storageCallMetrics records its own calls to storage servers.
 	storageCallMetrics = metrics.Called("storage", proto.OpName)
+
+	// serverFailovers and serverRejoins count the changes of storage
+	// servers' state this replica committed as leader.
+	serverFailovers = metrics.Counter("tandem_meta_server_failovers_total",
+		"Storage servers this metadata leader declared failed, taking their targets out of their chains.")
+	serverRejoins = metrics.Counter("tandem_meta_server_rejoins_total",
+		"Failed storage servers this metadata leader took back into their chains to resync.")
+	// fenceRuns counts fence agent runs by agent and result, so a
+	// primary agent that keeps failing shows before it is needed alone.
+	fenceRuns = metrics.CounterVec("tandem_meta_fence_agent_runs_total",
+		"Fence agent runs against failed storage servers, by agent and result (ok, failed).", "agent", "result")
+	fenceOutcomes = metrics.CounterVec("tandem_meta_fences_total",
+		"Failed storage servers fenced or not (result fenced, not_fenced).", "result")
 )
+
+// countFence adds one fencing's agent runs and outcome to the metrics.
+func countFence(o fence.Outcome) {
+	for _, r := range o.Results {
+		result := "ok"
+		if !r.OK {
+			result = "failed"
+		}
+		fenceRuns.WithLabelValues(r.Agent, result).Inc()
+	}
+	result := "fenced"
+	if !o.Fenced {
+		result = "not_fenced"
+	}
+	fenceOutcomes.WithLabelValues(result).Inc()
+}
 
 // RaftIndexes reports this replica's Raft log: the last index it holds,
 // the last known committed, and the last applied to its state machine.

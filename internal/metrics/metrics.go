@@ -1,9 +1,9 @@
 // Package metrics exports what a TandemFS process does as Prometheus
 // metrics: the requests its RPC server served and the calls its RPC
 // clients made (per service and operation: count, latency, errors,
-// bytes), storage events that need an administrator's eye (checksum
-// failures, resync copies), and whatever gauges the process's command
-// adds (Raft state, block cache). One registry per process, served on
+// bytes), and the counters and gauges its packages add (checksum
+// failures, resync copies, failovers and fencing, Raft state, chains,
+// block cache). One registry per process, served on
 // /metrics by Listen, with Go runtime and process metrics beside them.
 //
 // Everything here is process-wide, as Prometheus expects of an exporter:
@@ -29,23 +29,25 @@ func init() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		served.seconds, served.errors, served.received, served.sent,
 		called.seconds, called.errors, called.received, called.sent,
-		ChecksumErrors, ResyncCopiedBytes,
 	)
 }
 
-// ChecksumErrors counts blocks a storage server found bad on read or
-// scrub: each one is a disk returning wrong data.
-var ChecksumErrors = prometheus.NewCounter(prometheus.CounterOpts{
-	Name: "tandem_storage_checksum_errors_total",
-	Help: "Blocks whose contents did not match their checksum when read or scrubbed.",
-})
+// Counter adds a counter of events (e.g. checksum failures) to the
+// process's metrics. Call it once per name, from a package variable.
+func Counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	registry.MustRegister(c)
+	return c
+}
 
-// ResyncCopiedBytes counts the bytes a chain head copied to returning or
-// replacement members.
-var ResyncCopiedBytes = prometheus.NewCounter(prometheus.CounterOpts{
-	Name: "tandem_storage_resync_copied_bytes_total",
-	Help: "Bytes copied to chain members that were resyncing.",
-})
+// CounterVec adds a family of counters told apart by the given labels
+// (e.g. fence agent runs by agent and result). Like Counter, once per
+// name.
+func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	registry.MustRegister(c)
+	return c
+}
 
 // Func adds a gauge whose value f returns at every scrape (e.g. whether
 // this metadata service leads). A name added twice keeps the first f:

@@ -16,6 +16,15 @@ var (
 	// writes, resync copies, repairs).
 	peerCallMetrics = metrics.Called("storage", proto.OpName)
 	metaCallMetrics = metrics.Called("meta", proto.OpName)
+
+	// checksumErrors counts blocks found bad on read or scrub: each one
+	// is a disk returning wrong data.
+	checksumErrors = metrics.Counter("tandem_storage_checksum_errors_total",
+		"Blocks whose contents did not match their checksum when read or scrubbed.")
+	// resyncCopiedBytes counts what this server, as a chain head, copied
+	// to returning or replacement members.
+	resyncCopiedBytes = metrics.Counter("tandem_storage_resync_copied_bytes_total",
+		"Bytes copied to chain members that were resyncing.")
 )
 
 // metaClient is an RPC client for a metadata service at addr.

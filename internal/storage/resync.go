@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"tandemfs/internal/metrics"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -469,7 +468,7 @@ func (r *resyncRun) copyChunk(it copyItem) (int, bool, error) {
 			return sent, true, err
 		}
 		r.s.share.copiedBytes(n)
-		metrics.ResyncCopiedBytes.Add(float64(n))
+		resyncCopiedBytes.Add(float64(n))
 		sent += n
 		end = off + int64(n)
 	}

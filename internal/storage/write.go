@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"syscall"
-
-	"tandemfs/internal/metrics"
 )
 
 // Write stores p at offset off of chunk idx of file ino, creating the chunk
@@ -165,7 +163,7 @@ func (t *Target) readVerified(ch *chunk, b []byte, off int64, e entry) (uint32, 
 
 func (t *Target) corrupt(ch *chunk, off int64, got uint32, e entry) error {
 	err := &ChecksumError{Target: t.dir, Ino: ch.key.ino, Index: ch.key.idx, Off: off, Got: got, Want: e}
-	metrics.ChecksumErrors.Inc()
+	checksumErrors.Inc()
 	t.logf("storage: %v", err)
 	return err
 }
