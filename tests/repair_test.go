@@ -96,8 +96,10 @@ func readDirect(t *testing.T, path string, n int) ([]byte, error) {
 // TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy: a block whose bytes
 // no longer match their checksum on the head of a chain (bit rot) is
 // read from the other copy, written back over the bad one, and the
-// reader gets the right bytes; no target is taken out for it.
+// reader gets the right bytes; no target is taken out for it. The head
+// counts the bad block in its metrics.
 func TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
 	c := testcluster.Start(t)
 	path := filepath.Join(c.Mount(), "f")
 	data, ino := writeRandomFile(t, path, 512<<10)
@@ -123,6 +125,13 @@ func TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy(t *testing.T) {
 	}
 	if !strings.Contains(logs, "repaired chunk") {
 		t.Fatal("no storage server logged the repair")
+	}
+	bad := 0.0
+	for _, name := range []string{"storage1", "storage2"} {
+		bad += scrapeMetrics(t, c, name).sum("tandem_storage_checksum_errors_total")
+	}
+	if bad < 1 {
+		t.Errorf("the storage servers counted %v checksum errors, want at least 1", bad)
 	}
 }
 
