@@ -61,9 +61,10 @@ func waitScrubbed(t *testing.T, c *testcluster.Cluster, within time.Duration, wh
 // TestScrubRepairsBadBlocksNoOneReads: bit rot in blocks no client reads,
 // on a follower's copy (which serves no reads at all) and on a head's, is
 // found by the scrub and rewritten from the other copy, without a single
-// read from a client; both copies are whole again and no target left its
-// chain.
+// read from a client; both copies are whole again, no target left its
+// chain, and the servers' metrics count the three bad blocks.
 func TestScrubRepairsBadBlocksNoOneReads(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
 	c := testcluster.Start(t, testcluster.WithScrubEvery(2*time.Second))
 	path := filepath.Join(c.Mount(), "f")
 	data, ino := writeRandomFile(t, path, 2<<20+4096) // chunks 0-2 over both chains
@@ -79,6 +80,13 @@ func TestScrubRepairsBadBlocksNoOneReads(t *testing.T) {
 	})
 	if _, repaired, unrepaired := scrubTotals(st); unrepaired != 0 || repaired != 3 {
 		t.Fatalf("scrub repaired %d blocks and left %d bad; want 3 and 0", repaired, unrepaired)
+	}
+	bad := 0.0
+	for _, name := range []string{"storage1", "storage2"} {
+		bad += scrapeMetrics(t, c, name).sum("tandem_storage_checksum_errors_total")
+	}
+	if bad < 3 {
+		t.Errorf("the storage servers counted %v checksum errors, want at least 3", bad)
 	}
 	for _, files := range [][]string{follower, head} {
 		a, errA := os.ReadFile(files[0])

@@ -77,10 +77,11 @@ func (s *Service) exportChainMetrics() {
 	metrics.GaugesFunc("tandem_meta_chain_members", "Members of chains, by state (serving, syncing, offline).", []string{"state"},
 		func(emit func(float64, ...string)) {
 			count, _, ok := s.chainCounts()
+			if !ok {
+				return
+			}
 			for _, st := range states {
-				if ok {
-					emit(float64(count[st]), proto.MemberStateName(st))
-				}
+				emit(float64(count[st]), proto.MemberStateName(st))
 			}
 		})
 	metrics.GaugesFunc("tandem_meta_chains_degraded", "Chains with a member that is not serving (fewer copies than members).", nil,

@@ -3,8 +3,8 @@
 // clients made (per service and operation: count, latency, errors,
 // bytes), and the counters and gauges its packages add (checksum
 // failures, resync copies, failovers and fencing, Raft state, chains,
-// block cache). One registry per process, served on
-// /metrics by Listen, with Go runtime and process metrics beside them.
+// block cache). One registry per process, served on /metrics by Listen,
+// with the Go runtime's and the process's metrics beside them.
 //
 // Everything here is process-wide, as Prometheus expects of an exporter:
 // a test that runs several services in one process sees their sums.
@@ -72,14 +72,15 @@ var (
 	funcs   = map[string]bool{} // names added by addFunc
 )
 
-// addFunc registers the collector made by make unless name was added.
-func addFunc(name string, make func() prometheus.Collector) {
+// addFunc registers the collector newCollector makes unless name was
+// added before.
+func addFunc(name string, newCollector func() prometheus.Collector) {
 	funcsMu.Lock()
 	defer funcsMu.Unlock()
 	if funcs[name] {
 		return
 	}
-	registry.MustRegister(make()) // panics only on an invalid name: a programming error
+	registry.MustRegister(newCollector()) // panics only on an invalid name: a programming error
 	funcs[name] = true
 }
 
@@ -88,13 +89,9 @@ func Handler() http.Handler {
 	return promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 }
 
-var listenMu sync.Mutex
-
 // Listen serves /metrics on addr in the background and returns the
 // address taken (addr may name port 0).
 func Listen(addr string) (net.Addr, error) {
-	listenMu.Lock()
-	defer listenMu.Unlock()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics on %s: %w", addr, err)

@@ -92,6 +92,7 @@ func (t *Target) VerifyChunk(ino, idx uint64, wait func(n int) error) (bad []uin
 			end := min(off+scrubPiece, ch.size)
 			b, err := verifyBlocks(ch, (*bp)[:end-off], off)
 			bad = append(bad, b...)
+			checksumErrors.Add(float64(len(b)))
 			got = end - off
 			return err
 		})
