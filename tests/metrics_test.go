@@ -92,6 +92,17 @@ func TestMetricsShowTheChainsOfAFailedServerDegraded(t *testing.T) {
 	}
 }
 
+// storageSum adds metric name (with labels, as metricsPage.sum takes
+// them) over the cluster's two storage servers.
+func storageSum(t *testing.T, c *testcluster.Cluster, name string, labels ...string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, server := range []string{"storage1", "storage2"} {
+		total += scrapeMetrics(t, c, server).sum(name, labels...)
+	}
+	return total
+}
+
 // metricsPage is one scrape of /metrics, as sample lines.
 type metricsPage []string
 

@@ -126,11 +126,7 @@ func TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy(t *testing.T) {
 	if !strings.Contains(logs, "repaired chunk") {
 		t.Fatal("no storage server logged the repair")
 	}
-	bad := 0.0
-	for _, name := range []string{"storage1", "storage2"} {
-		bad += scrapeMetrics(t, c, name).sum("tandem_storage_checksum_errors_total")
-	}
-	if bad < 1 {
+	if bad := storageSum(t, c, "tandem_storage_checksum_errors_total"); bad < 1 {
 		t.Errorf("the storage servers counted %v checksum errors, want at least 1", bad)
 	}
 }

@@ -81,11 +81,7 @@ func TestScrubRepairsBadBlocksNoOneReads(t *testing.T) {
 	if _, repaired, unrepaired := scrubTotals(st); unrepaired != 0 || repaired != 3 {
 		t.Fatalf("scrub repaired %d blocks and left %d bad; want 3 and 0", repaired, unrepaired)
 	}
-	bad := 0.0
-	for _, name := range []string{"storage1", "storage2"} {
-		bad += scrapeMetrics(t, c, name).sum("tandem_storage_checksum_errors_total")
-	}
-	if bad < 3 {
+	if bad := storageSum(t, c, "tandem_storage_checksum_errors_total"); bad < 3 {
 		t.Errorf("the storage servers counted %v checksum errors, want at least 3", bad)
 	}
 	for _, files := range [][]string{follower, head} {

@@ -296,9 +296,6 @@ func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), d
 	var fb frameBytes
 	start := time.Now()
 	n, err := c.doCallRead(ctx, op, enc, dst, &fb)
-	if err == nil {
-		fb.received = lenBytes + respHeader + 4 + n // the frame, the byte string's length, its bytes
-	}
 	c.Observer.Observe(op, start, fb.sent, fb.received, err != nil)
 	return n, err
 }
@@ -309,6 +306,9 @@ func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc),
 		return 0, err
 	}
 	n, err := c.readDataReply(cn, dst)
+	if err == nil {
+		fb.received = lenBytes + respHeader + 4 + n // the frame, the byte string's length, its bytes
+	}
 	ended := cn.unwatch()
 	switch re := (*Error)(nil); {
 	case ended:
