@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -233,7 +234,14 @@ func saveLayout(dir string, l *Layout) error {
 	return os.Rename(tmp, filepath.Join(dir, "cluster.json"))
 }
 
-// freePorts reserves n loopback ports by binding and releasing them.
+// freePorts reserves n loopback ports by binding and releasing them. They
+// are drawn from below the kernel's ephemeral port range: outgoing
+// connections and listeners on port 0 (--metrics or --pprof 127.0.0.1:0)
+// take their ports from that range, and one of them could take a port
+// between this check and the service binding it (seen: a storage server
+// refused with "address already in use" while the cluster's first
+// processes started, each serving its metrics on port 0). Ports of the
+// ephemeral range are the fallback only if the range below is too small.
 func freePorts(n int) ([]string, error) {
 	var out []string
 	var lns []net.Listener
@@ -242,15 +250,40 @@ func freePorts(n int) ([]string, error) {
 			ln.Close()
 		}
 	}()
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	take := func(addr string) error {
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		lns = append(lns, ln)
 		out = append(out, ln.Addr().String())
+		return nil
+	}
+	lo, hi := reservablePorts()
+	for tries := 0; len(out) < n && hi-lo >= 1000 && tries < 100*n; tries++ {
+		take(fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))) // a port in use: try another
+	}
+	for len(out) < n {
+		if err := take("127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// reservablePorts is the range [lo, hi) freePorts draws from: from 10000
+// up to the start of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768 by default).
+func reservablePorts() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	return 10000, hi
 }
 
 func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +109,31 @@ func TestStorageServersShareTheCoresUnlessGOMAXPROCSIsSet(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "5")
 	if env := storageEnv(2, 2); env != nil {
 		t.Errorf("with GOMAXPROCS set by the administrator: env %q, want none added", env)
+	}
+}
+
+// A one-machine cluster's ports come from below the ephemeral range, so
+// that no outgoing connection or port-0 listener (--metrics 127.0.0.1:0)
+// can take one before its service binds it; each is free and distinct.
+func TestFreePortsAreDistinctAndBelowTheEphemeralRange(t *testing.T) {
+	_, ephemeral := reservablePorts()
+	ports, err := freePorts(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, addr := range ports {
+		_, p, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(p)
+		if port < 10000 || port >= ephemeral || seen[addr] {
+			t.Errorf("port %s: want distinct ports in [10000, %d)", addr, ephemeral)
+		}
+		seen[addr] = true
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s is not free once freePorts returns: %v", addr, err)
+			continue
+		}
+		ln.Close()
 	}
 }
