@@ -41,6 +41,60 @@ func TestSmallFileWrittenInPiecesReadsBackBeforeAndAfterClose(t *testing.T) {
 	})
 }
 
+// A buffered write returns before the servers have it; an O_DIRECT write
+// over the same bytes that comes after it must still win, as on a local
+// disk (found by tests/fsx_test.go: the older buffered bytes arrived
+// last and stayed).
+func TestAnODirectWriteAfterABufferedOneKeepsItsBytes(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "mixed")
+	if err := os.WriteFile(path, make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(block)
+	for i := 0; i < 16; i++ {
+		off := int64(i) * 4096
+		if _, err := f.WriteAt(bytes.Repeat([]byte{'b'}, 100), off+1000); err != nil {
+			t.Fatal(err)
+		}
+		for j := range block {
+			block[j] = byte('A' + i)
+		}
+		if _, err := d.WriteAt(block, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 16; i++ {
+		want := byte('A' + i)
+		blk := got[i*4096 : (i+1)*4096]
+		if k := bytes.IndexFunc(blk, func(r rune) bool { return r != rune(want) }); k >= 0 {
+			t.Fatalf("block %d: byte %d is %q, want the O_DIRECT write's %q", i, k, blk[k], want)
+		}
+	}
+}
+
 func TestBufferedSmallWritesKeepTheirOrderAroundATruncate(t *testing.T) {
 	a, b := twoMounts(t)
 	f, err := os.Create(filepath.Join(a, "f"))

@@ -267,8 +267,14 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 
 	var err error
 	if h.direct {
+		// Counted in flight like a buffered write, so that it goes out
+		// only after this client's write-behind requests it overlaps:
+		// sent at once, it could reach the servers first and be
+		// overwritten by the older bytes (found by tests/fsx_test.go).
+		st.inflight.add(off, end)
 		err = h.c.writePieces(&layout, off, data, h.sync)
 		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
+		st.inflight.done(off, end)
 	} else {
 		buf := append(getBuf(len(data)), data...)
 		st.inflight.add(off, end)
