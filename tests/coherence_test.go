@@ -202,6 +202,66 @@ func TestAFileClosedThroughAnotherMountIsReadWholeDespiteLeases(t *testing.T) {
 	}
 }
 
+// The kernel in front of a client keeps a file's attributes, its size
+// among them, for up to ten seconds while the client follows the change
+// stream, and the stream brings another client's change a few
+// milliseconds after it is made. A client holding a file lease makes the
+// other's change wait until it has passed it on; one without (a file
+// another client changed a moment before it was opened here gets none)
+// must not let an open read up to the old size either (found by
+// tests/fsx_test.go: the read ended at the size written here).
+func TestAFileGrownThroughAnotherMountIsReadWholeWhereItsSizeWasCached(t *testing.T) {
+	a, b := twoMounts(t)
+	time.Sleep(300 * time.Millisecond) // both watches live
+	for i := 0; i < 10; i++ {
+		name := fmt.Sprintf("f%d", i)
+		// Made through a, read through b (b takes a lease), rewritten
+		// through a (which ends b's lease: the file gets none for a
+		// while).
+		if err := os.WriteFile(filepath.Join(a, name), []byte("made through a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.ReadFile(filepath.Join(b, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(a, name), []byte("rewritten through a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Written through b, without a lease; its kernel takes the
+		// size from the stat.
+		first := bytes.Repeat([]byte{byte('a' + i)}, 5000+1000*i)
+		f, err := os.OpenFile(filepath.Join(b, name), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := f.Stat(); err != nil || st.Size() != int64(len(first)) {
+			t.Fatalf("%s: size %v (%v) through the writing open, want %d", name, st.Size(), err, len(first))
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Grown through a, and read whole through b at once.
+		g, err := os.OpenFile(filepath.Join(a, name), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more := bytes.Repeat([]byte{'+'}, 3000)
+		if _, err := g.Write(more); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := append(first, more...)
+		if data, err := os.ReadFile(filepath.Join(b, name)); err != nil || !bytes.Equal(data, want) {
+			t.Fatalf("%s grown through the other mount and closed: read %d bytes (%v), want %d", name, len(data), err, len(want))
+		}
+	}
+}
+
 // A write must drop a file's capabilities (security.capability), as on a
 // local file system. A client answers the kernel's question about them
 // itself for a file it created, so when another client sets them, the

@@ -144,31 +144,34 @@ func minTime(a, b time.Time) time.Time {
 // OpenAttr returns inode ino's current attributes for an open (with this
 // client's unflushed writes applied): from the namespace cache when a
 // file lease vouches for them, otherwise from the leader, asking for a
-// lease.
-func (c *Client) OpenAttr(ino uint64) (*proto.Inode, error) {
+// lease. asked reports the latter: then another client may have changed
+// the file since the kernel in front of this client last had its
+// attributes, and a caller with such a cache must drop them.
+func (c *Client) OpenAttr(ino uint64) (n *proto.Inode, asked bool, err error) {
 	if version, ok := c.fileLeases.valid(ino, time.Now()); ok {
 		if n, ok := c.ns.peekInode(ino); ok && n.Version >= version {
 			c.overlay(&n)
-			return &n, nil
+			return &n, false, nil
 		}
 	}
 	if !c.ns.watching() {
-		return c.FreshAttr(ino)
+		n, err := c.FreshAttr(ino)
+		return n, true, err
 	}
 	wm := c.ns.watermark()
 	sent := time.Now()
 	r := proto.InoReq{Ino: ino, Session: c.session}
 	var reply proto.FileLeaseReply
 	if err := c.metaCall(proto.OpFileLease, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil }); err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	n := &reply.Inode
+	n = &reply.Inode
 	c.ns.putInode(n, wm)
 	if reply.Granted {
 		c.fileLeases.install(ino, reply.Index, n.Version, sent)
 	}
 	c.overlay(n)
-	return n, nil
+	return n, true, nil
 }
 
 // FileLeases is the number of file leases this client holds.

@@ -43,9 +43,15 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 // after the barrier, even before the notice of the change reaches their
 // clients.
 func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
-	n, err := fs.c.OpenAttr(in.NodeId)
+	n, asked, err := fs.c.OpenAttr(in.NodeId)
 	if err != nil {
 		return status(err)
+	}
+	if asked {
+		// Close-to-open: the kernel may still hold a size from before
+		// another client's last close (the change reaches it on the
+		// watch, a few milliseconds later), and would end reads there.
+		fs.kernel.InvalidateAttr(in.NodeId)
 	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return gofuse.EISDIR

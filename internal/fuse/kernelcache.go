@@ -109,6 +109,13 @@ func (k *kernelCache) InvalidateInode(ino uint64) {
 	}
 }
 
+// InvalidateAttr drops the kernel's attributes of ino, not its pages.
+func (k *kernelCache) InvalidateAttr(ino uint64) {
+	if k.notify != nil {
+		k.notify.InodeNotify(ino, -1, 0)
+	}
+}
+
 // InvalidateEntry drops the kernel's entry parent/name.
 func (k *kernelCache) InvalidateEntry(parent uint64, name string) {
 	if k.notify != nil {

@@ -17,7 +17,7 @@ import (
 // openAttr is what an open does: the file's current attributes.
 func openAttr(t *testing.T, c *client.Client, ino uint64) *proto.Inode {
 	t.Helper()
-	n, err := c.OpenAttr(ino)
+	n, _, err := c.OpenAttr(ino)
 	if err != nil {
 		t.Fatalf("attributes for an open of %d: %v", ino, err)
 	}
