@@ -54,7 +54,52 @@ func TestRandomOperationsAgreeWithAModelOfTheFile(t *testing.T) {
 			x := newFSX(t, [2]string{filepath.Join(mounts[0], dir, "f"), filepath.Join(mounts[1], dir, "f")})
 			defer x.closeAll()
 			x.run(fsxOps(t))
+			x.moveToOtherMount()
 		})
+	}
+}
+
+// The same operations while each storage server in turn, and the
+// metadata leader of three replicas, is killed (kill -9) and restarted:
+// the operations in flight block through the failover and then complete,
+// and every result still agrees with the model, also those read from a
+// resynced copy.
+func TestRandomOperationsAgreeWithAModelAcrossServerCrashes(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithMetaReplicas(3))
+	mounts := [2]string{c.Mount(), secondMount(t, c)}
+	if err := os.Mkdir(filepath.Join(mounts[0], "fsx"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Small chunks over every chain, so that the file has chunks
+	// wherever a server is lost.
+	if out, err := runTandem(t, "stripe", "set", "--chunk-size", "64K", "--count", "4", filepath.Join(mounts[0], "fsx")); err != nil {
+		t.Fatalf("stripe set: %v\n%s", err, out)
+	}
+	x := newFSX(t, [2]string{filepath.Join(mounts[0], "fsx", "f"), filepath.Join(mounts[1], "fsx", "f")})
+	defer x.closeAll()
+	n := max(fsxOps(t)/4, 50)
+	x.run(n)
+	for _, victim := range []string{"storage2", "metadata leader", "storage1"} {
+		name := victim
+		if victim == "metadata leader" {
+			name = leaderReplica(t, c)
+		}
+		c.KillProcess(name)
+		x.note("killed %s (%s)", victim, name)
+		x.longest = 0
+		x.run(n)
+		t.Logf("%s (%s) killed: the longest of the next %d operations took %v", victim, name, n, x.longest)
+		c.Up()
+		x.note("restarted %s", name)
+		deadline := time.Now().Add(90 * time.Second)
+		for !allServing(t, c) {
+			if time.Now().After(deadline) {
+				x.fail("%s not resynced within 90 s", name)
+			}
+			x.run(20)
+		}
+		x.note("every chain serving again")
+		x.moveToOtherMount()
 	}
 }
 
@@ -105,6 +150,8 @@ type fsx struct {
 	buf   []byte    // page-aligned, for O_DIRECT
 	ops   int
 	hist  []string
+	// longest is the longest operation so far.
+	longest time.Duration
 }
 
 func newFSX(t *testing.T, paths [2]string) *fsx {
@@ -146,13 +193,15 @@ var fsxMix = []fsxOp{
 	{2, (*fsx).newSpan},
 }
 
+// run does n more random operations.
 func (x *fsx) run(n int) {
 	total := 0
 	for _, op := range fsxMix {
 		total += op.weight
 	}
-	for x.ops = 0; x.ops < n; x.ops++ {
+	for end := x.ops + n; x.ops < end; x.ops++ {
 		pick := x.rng.IntN(total)
+		t0 := time.Now()
 		for _, op := range fsxMix {
 			if pick < op.weight {
 				op.do(x)
@@ -161,9 +210,8 @@ func (x *fsx) run(n int) {
 			pick -= op.weight
 		}
 		x.checkSize()
+		x.longest = max(x.longest, time.Since(t0))
 	}
-	x.moveToOtherMount()
-	x.note("final check done")
 }
 
 // note records an operation for the failure message.

@@ -112,24 +112,31 @@ func waitResynced(t *testing.T, c *testcluster.Cluster, before map[uint32]uint32
 	}
 }
 
+// allServing reports whether every member of every replicated chain
+// serves.
+func allServing(t *testing.T, c *testcluster.Cluster) bool {
+	t.Helper()
+	states := chainStates(t, c)
+	all := len(states) > 0
+	for _, ss := range states {
+		for _, s := range ss {
+			all = all && s == "serving"
+		}
+	}
+	return all
+}
+
 // waitAllServing waits until every member of every replicated chain serves
 // (a returned server has been resynced).
 func waitAllServing(t *testing.T, c *testcluster.Cluster, within time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
 	for {
-		states := chainStates(t, c)
-		all := len(states) > 0
-		for _, ss := range states {
-			for _, s := range ss {
-				all = all && s == "serving"
-			}
-		}
-		if all {
+		if allServing(t, c) {
 			return time.Since(t0)
 		}
 		if time.Since(t0) > within {
-			t.Fatalf("chains not all serving after %v: %v", within, states)
+			t.Fatalf("chains not all serving after %v: %v", within, chainStates(t, c))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
