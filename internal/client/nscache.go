@@ -121,6 +121,12 @@ func (c *nsCache) putInode(n *proto.Inode, wm uint64) {
 		c.deleteInodeLocked(n.Ino) // a newer change is known: n is stale
 		return
 	}
+	if e, ok := c.inodes[n.Ino]; ok && e.n.Version > n.Version {
+		// A reply that left the leader before the cached one (a lease
+		// asked for in the background, overtaken by this client's own
+		// commit): it would bring back an old size.
+		return
+	}
 	c.deleteInodeLocked(n.Ino)
 	if c.inodes == nil || len(c.inodes) >= cacheMax || c.inlineBytes+len(n.InlineData) > inlineBytesMax {
 		c.inodes, c.inlineBytes = make(map[uint64]cachedInode), 0

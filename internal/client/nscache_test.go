@@ -58,6 +58,19 @@ func TestAReplyOvertakenByAChangeIsNotCached(t *testing.T) {
 	}
 }
 
+func TestAnOlderReplyDoesNotReplaceANewerOne(t *testing.T) {
+	c := liveCache()
+	wm := c.watermark()
+	// Two calls in flight about inode 5: this client's commit (answered
+	// at 104) and a lease request answered at 103, whose reply arrives
+	// last, before the watch tells of either.
+	c.putInode(inode(5, 104), wm)
+	c.putInode(inode(5, 103), wm)
+	if n, ok := c.getInode(5); !ok || n.Version != 104 {
+		t.Fatalf("cached inode 5 at version %d (%v), want the newer reply's 104", n.Version, ok)
+	}
+}
+
 func TestALostStreamForgetsEverything(t *testing.T) {
 	c := liveCache()
 	c.putInode(inode(5, 90), c.watermark())
