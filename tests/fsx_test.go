@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,7 +52,7 @@ func TestRandomOperationsAgreeWithAModelOfTheFile(t *testing.T) {
 			}
 			x := newFSX(t, [2]string{filepath.Join(mounts[0], dir, "f"), filepath.Join(mounts[1], dir, "f")})
 			defer x.closeAll()
-			x.run(fsxOps(t))
+			x.run(envCount(t, "TANDEM_FSX_OPS", 1500))
 			x.moveToOtherMount()
 		})
 	}
@@ -77,7 +76,7 @@ func TestRandomOperationsAgreeWithAModelAcrossServerCrashes(t *testing.T) {
 	}
 	x := newFSX(t, [2]string{filepath.Join(mounts[0], "fsx", "f"), filepath.Join(mounts[1], "fsx", "f")})
 	defer x.closeAll()
-	n := max(fsxOps(t)/4, 50)
+	n := max(envCount(t, "TANDEM_FSX_OPS", 1500)/4, 50)
 	x.run(n)
 	for _, victim := range []string{"storage2", "metadata leader", "storage1"} {
 		name := victim
@@ -101,30 +100,6 @@ func TestRandomOperationsAgreeWithAModelAcrossServerCrashes(t *testing.T) {
 		x.note("every chain serving again")
 		x.moveToOtherMount()
 	}
-}
-
-// fsxOps is the number of operations per file.
-func fsxOps(t *testing.T) int {
-	if s := os.Getenv("TANDEM_FSX_OPS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("TANDEM_FSX_OPS=%q: want a positive number", s)
-		}
-		return n
-	}
-	return 1500
-}
-
-// fsxSeed is the run's seed: TANDEM_FSX_SEED, or the clock.
-func fsxSeed(t *testing.T) uint64 {
-	if s := os.Getenv("TANDEM_FSX_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("TANDEM_FSX_SEED=%q: want a number", s)
-		}
-		return n
-	}
-	return uint64(time.Now().UnixNano())
 }
 
 const (
@@ -155,7 +130,7 @@ type fsx struct {
 }
 
 func newFSX(t *testing.T, paths [2]string) *fsx {
-	seed := fsxSeed(t)
+	seed := envSeed(t, "TANDEM_FSX_SEED")
 	t.Logf("seed %d (repeat with TANDEM_FSX_SEED=%d)", seed, seed)
 	buf, err := syscall.Mmap(-1, 0, fsxMaxIO, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {

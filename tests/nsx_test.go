@@ -52,30 +52,6 @@ func TestRandomNamespaceOperationsAgreeWithAModelOfTheTree(t *testing.T) {
 	x.compareTree(filepath.Join(other, top), time.Second)
 }
 
-// envCount is a positive number from the environment, or def.
-func envCount(t *testing.T, name string, def int) int {
-	if s := os.Getenv(name); s != "" {
-		var n int
-		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number", name, s)
-		}
-		return n
-	}
-	return def
-}
-
-// envSeed is a seed from the environment, or the clock.
-func envSeed(t *testing.T, name string) uint64 {
-	if s := os.Getenv(name); s != "" {
-		var n uint64
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			t.Fatalf("%s=%q: want a number", name, s)
-		}
-		return n
-	}
-	return uint64(time.Now().UnixNano())
-}
-
 type nsDir struct{ entries map[string]*nsEntry }
 
 // nsEntry is one name: a directory, a regular file (shared by its hard
