@@ -229,6 +229,19 @@ func (h *Handle) Write(data []byte, off uint64) (int, error) {
 	return n, err
 }
 
+// Append writes data at the end of the file as this client knows it:
+// the size the metadata service gave at open, grown by this client's
+// writes since. A FUSE file system without the kernel's writeback cache
+// must place O_APPEND writes itself: the kernel uses the size it cached,
+// which may predate another client's last close. The kernel sends one
+// write at a time per file, so two appends never take the same end.
+func (h *Handle) Append(data []byte) (int, error) {
+	h.st.mu.Lock()
+	off := h.st.size
+	h.st.mu.Unlock()
+	return h.Write(data, off)
+}
+
 func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st := h.st
 	if err := st.takeErr(); err != nil {

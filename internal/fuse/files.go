@@ -144,7 +144,13 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 			return 0, status(err)
 		}
 	}
-	n, err := h.Write(data, in.Offset)
+	var n int
+	var err error
+	if in.Flags&syscall.O_APPEND != 0 && in.WriteFlags&gofuse.WRITE_CACHE == 0 {
+		n, err = h.Append(data) // the kernel's offset is its cached size
+	} else {
+		n, err = h.Write(data, in.Offset)
+	}
 	return uint32(n), status(err)
 }
 
