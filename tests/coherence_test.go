@@ -123,8 +123,8 @@ func TestChangesThroughOneMountShowThroughAnotherAtOnce(t *testing.T) {
 		return errors.Is(err, fs.ErrNotExist)
 	})
 
-	// A name created through b is found through a at once: absence is
-	// never cached.
+	// A name created through b is found through a at once: a holds no
+	// lease on the root, so its kernel did not keep the absence.
 	if _, err := os.Stat(filepath.Join(a, "h")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("h before it exists: %v", err)
 	}
@@ -168,6 +168,53 @@ func TestANameMadeThroughAnotherMountIsFoundDespiteLeases(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(a, name, "x")); err != nil {
 			t.Fatalf("%s/x just made through the other mount: %v", name, err)
 		}
+	}
+}
+
+// A mount's kernel keeps "no such name" while a directory lease vouches
+// for it, so a name probed again and again (compilers' include paths,
+// Python's imports) is asked for once. Yet a name made through another
+// mount is found at once: the maker's call is answered only after the
+// lease holder took back every absence the lease vouched for, including
+// those of names made later, whose makers no longer wait for it.
+func TestMissingNamesAreAskedForOnceUnderALeaseAndFoundOnceMadeElsewhere(t *testing.T) {
+	a, b := twoMounts(t)
+	time.Sleep(300 * time.Millisecond) // both watches live
+	names := []string{"x", "y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7"}
+	for attempt := 0; ; attempt++ {
+		d := fmt.Sprintf("d%d", attempt)
+		if err := os.Mkdir(filepath.Join(a, d), 0o755); err != nil { // a holds its lease
+			t.Fatal(err)
+		}
+		before := clientStats(t, a).Lookups
+		for i := 0; i < 20; i++ {
+			for _, name := range names {
+				if _, err := os.Stat(filepath.Join(a, d, name)); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("%s/%s before it exists: %v", d, name, err)
+				}
+			}
+		}
+		asked := clientStats(t, a).Lookups - before
+		if asked > uint64(2*len(names)) {
+			// The lease (0.45 s from the mkdir) may have run out on a
+			// slow machine; a fresh directory gives a fresh one.
+			if attempt < 3 {
+				continue
+			}
+			t.Fatalf("%d lookups of %d missing names under a lease reached the client %d times", 20*len(names), len(names), asked)
+		}
+		// x ends a's lease: the leader waits for a to let go. The y's
+		// are made without waiting for a, so a must have let go of
+		// their absences too.
+		for _, name := range names {
+			if err := os.WriteFile(filepath.Join(b, d, name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(a, d, name)); err != nil {
+				t.Fatalf("%s/%s just made through the other mount: %v", d, name, err)
+			}
+		}
+		return
 	}
 }
 

@@ -80,14 +80,22 @@ func newLeaseTable() *leaseTable {
 
 // absent reports whether a lease on dir says name is not there.
 func (t *leaseTable) absent(dir uint64, name string, now time.Time) bool {
+	return t.absentFor(dir, name, now) > 0
+}
+
+// absentFor is how much longer, from now, a lease on dir vouches that
+// name is not there: 0 if none does.
+func (t *leaseTable) absentFor(dir uint64, name string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.dirs[dir]
 	if l == nil || !now.Before(l.until) {
-		return false
+		return 0
 	}
-	_, there := l.names[name]
-	return !there
+	if _, there := l.names[name]; there {
+		return 0
+	}
+	return l.until.Sub(now)
 }
 
 // missed notes that the leader found no name in dir, and reports whether
@@ -289,6 +297,24 @@ func (c *Client) endLeases(floor uint64) {
 	c.leases.clear()
 	c.fileLeases.clear(floor)
 	c.blocks.dropAll()
+	c.invalidator().ForgetAllAbsent()
+}
+
+// AbsentFor is how much longer a directory lease vouches that parent
+// holds no entry name: 0 if none does. A cache in front of this client
+// may keep the absence that long (the kernel's negative entries): until
+// then the leader answers no other client's change to the directory
+// before this client's watch took it in and the Invalidator was told
+// (ForgetAbsent). Only the watch loop tells it: a FUSE handler must not,
+// since the kernel holds the directory's lock while it waits for one.
+func (c *Client) AbsentFor(parent uint64, name string) time.Duration {
+	if !c.ns.watching() {
+		return 0
+	}
+	if _, ok := c.ns.getDent(parent, name); ok {
+		return 0
+	}
+	return c.leases.absentFor(parent, name, time.Now())
 }
 
 // watched takes in the changes of a watch reply (after the namespace
@@ -305,6 +331,11 @@ func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 			continue
 		}
 		if ev.Parent != 0 && c.leases.foreign(ev.Parent, ev.Index) {
+			// The leader no longer waits for this client before
+			// answering changes to the directory: absences the lease
+			// vouched for must go from the caches in front, all of
+			// them, before the next watch request acknowledges this.
+			c.invalidator().ForgetAbsent(ev.Parent)
 			ended = true
 		}
 		if ev.Parent == 0 {

@@ -42,6 +42,22 @@ func TestALeaseKnowsItsListing(t *testing.T) {
 	wantAbsent(t, tab, "c", now.Add(leaseTrust), false)
 }
 
+func TestALeaseSaysHowMuchLongerItVouchesForAnAbsence(t *testing.T) {
+	tab, now := leased(t)
+	if got := tab.absentFor(dir, "c", now.Add(100*time.Millisecond)); got != leaseTrust-100*time.Millisecond {
+		t.Fatalf("absentFor(c) 100 ms into the lease = %v, want %v", got, leaseTrust-100*time.Millisecond)
+	}
+	if got := tab.absentFor(dir, "a", now); got != 0 {
+		t.Fatalf("absentFor(a), a listed name, = %v, want 0", got)
+	}
+	if got := tab.absentFor(dir+1, "c", now); got != 0 {
+		t.Fatalf("absentFor in a directory without a lease = %v, want 0", got)
+	}
+	if got := tab.absentFor(dir, "c", now.Add(leaseTrust)); got != 0 {
+		t.Fatalf("absentFor(c) once the lease ran out = %v, want 0", got)
+	}
+}
+
 func TestOwnChangesAfterTheListingUpdateIt(t *testing.T) {
 	tab, now := leased(t)
 	tab.own(dir, ownChange{11, "c", true}, false, now)

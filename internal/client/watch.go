@@ -78,6 +78,11 @@ type Invalidator interface {
 	// InvalidateAll: the change stream was lost; anything may have
 	// changed.
 	InvalidateAll()
+	// ForgetAbsent: the lease on directory dir ended, and with it the
+	// absences of names it vouched for (AbsentFor).
+	ForgetAbsent(dir uint64)
+	// ForgetAllAbsent: every lease ended.
+	ForgetAllAbsent()
 }
 
 type noInvalidator struct{}
@@ -85,6 +90,8 @@ type noInvalidator struct{}
 func (noInvalidator) InvalidateInode(uint64)         {}
 func (noInvalidator) InvalidateEntry(uint64, string) {}
 func (noInvalidator) InvalidateAll()                 {}
+func (noInvalidator) ForgetAbsent(uint64)            {}
+func (noInvalidator) ForgetAllAbsent()               {}
 
 // SetInvalidator registers the cache in front of this client.
 func (c *Client) SetInvalidator(inv Invalidator) { c.inv.Store(&inv) }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -23,8 +24,9 @@ type FS struct {
 	gofuse.RawFileSystem // ENOSYS for what is not implemented
 	c                    *client.Client
 
-	kernel *kernelCache  // the kernel's timeouts and invalidations
-	reads  atomic.Uint64 // READ requests, for user.tandem.client
+	kernel  *kernelCache  // the kernel's timeouts and invalidations
+	reads   atomic.Uint64 // READ requests, for user.tandem.client
+	lookups atomic.Uint64 // LOOKUP requests, for user.tandem.client
 
 	mu      sync.Mutex
 	nextFh  uint64
@@ -77,12 +79,30 @@ func (fs *FS) fillEntry(parent uint64, name string, n *proto.Inode, out *gofuse.
 }
 
 func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) gofuse.Status {
+	fs.lookups.Add(1)
 	n, err := fs.c.Lookup(h.NodeId, name)
 	if err != nil {
-		return status(err)
+		st := status(err)
+		if st == gofuse.ENOENT {
+			return fs.negativeEntry(h.NodeId, name, out)
+		}
+		return st
 	}
 	fs.c.OverlayAttr(n)
 	fs.fillEntry(h.NodeId, name, n, out)
+	return gofuse.OK
+}
+
+// negativeEntry answers a lookup of a name parent lacks: with a negative
+// entry the kernel may keep while a directory lease vouches for the
+// absence (kernelcache.go), else with ENOENT, which it does not keep.
+func (fs *FS) negativeEntry(parent uint64, name string, out *gofuse.EntryOut) gofuse.Status {
+	d := fs.kernel.absentTimeout(parent, name, func() time.Duration { return fs.c.AbsentFor(parent, name) })
+	if d <= 0 {
+		return gofuse.ENOENT
+	}
+	*out = gofuse.EntryOut{} // node ID 0: "no such name", for d
+	out.SetEntryTimeout(d)
 	return gofuse.OK
 }
 
@@ -300,6 +320,9 @@ type ClientStats struct {
 	OpensKeptPages uint64 `json:"opens_kept_pages"`
 	// Reads counts the reads the kernel asked this client for.
 	Reads uint64 `json:"reads"`
+	// Lookups counts the names the kernel asked this client to look up
+	// (those it keeps, found or missing, it does not ask again).
+	Lookups uint64 `json:"lookups"`
 }
 
 func (fs *FS) clientStats() ([]byte, error) {
@@ -307,7 +330,7 @@ func (fs *FS) clientStats() ([]byte, error) {
 	return json.Marshal(ClientStats{Session: fs.c.Session(), Watching: fs.c.Watching(), MetaCalls: fs.c.MetaCalls(),
 		FileLeases: fs.c.FileLeases(), DirLeases: fs.c.DirLeases(),
 		BlockCacheBytes: bc.Bytes, BlockCacheHits: bc.Hits, BlockCacheMisses: bc.Misses,
-		OpensKeptPages: fs.c.OpensKeptPages(), Reads: fs.reads.Load()})
+		OpensKeptPages: fs.c.OpensKeptPages(), Reads: fs.reads.Load(), Lookups: fs.lookups.Load()})
 }
 
 // Layout is the JSON of user.tandem.layout.

@@ -36,7 +36,11 @@ type kernelCache struct {
 	mu     sync.Mutex
 	inodes map[uint64]time.Time  // long attribute timeouts: when they end
 	names  map[nameKey]time.Time // long entry timeouts: when they end
-	pruned time.Time             // when the maps were last swept
+	// absent holds the negative entries given to the kernel, by
+	// directory: name → when their timeout ends.
+	absent  map[uint64]map[string]time.Time
+	nabsent int
+	pruned  time.Time // when the maps were last swept
 }
 
 // notifier is the part of the FUSE server that reaches the kernel.
@@ -46,7 +50,97 @@ type notifier interface {
 }
 
 func newKernelCache(watching func() bool) *kernelCache {
-	return &kernelCache{watching: watching, inodes: map[uint64]time.Time{}, names: map[nameKey]time.Time{}}
+	return &kernelCache{watching: watching, inodes: map[uint64]time.Time{}, names: map[nameKey]time.Time{},
+		absent: map[uint64]map[string]time.Time{}}
+}
+
+// absentMargin is taken off the time a lease vouches for an absence: the
+// kernel counts a timeout in jiffies from when it reads the reply.
+const absentMargin = 10 * time.Millisecond
+
+// absentTimeout is the timeout to give the kernel for a negative entry
+// parent/name (FUSE: a lookup answered with node ID 0), so that it stops
+// asking for a name that is not there (compilers and Python's imports
+// probe many such names, again and again). vouched says how long a
+// directory lease vouches for the absence (client.AbsentFor); without
+// one, or without the change stream, the kernel gets 0 and asks again
+// next time.
+//
+// The entry is recorded before vouched is asked: a lease that ends in
+// between is ended before its absences are taken back (ForgetAbsent),
+// so either the record is among those taken back, or vouched sees the
+// lease gone. A negative entry taken back while its lookup is still in
+// flight is dropped once the lookup is done (the kernel holds the
+// directory's lock for both).
+func (k *kernelCache) absentTimeout(parent uint64, name string, vouched func() time.Duration) time.Duration {
+	if k.notify == nil || !k.watching() {
+		return 0
+	}
+	k.mu.Lock()
+	if !k.roomLocked() {
+		k.mu.Unlock()
+		return 0
+	}
+	names := k.absent[parent]
+	if names == nil {
+		names = map[string]time.Time{}
+		k.absent[parent] = names
+	}
+	if _, ok := names[name]; !ok {
+		k.nabsent++
+	}
+	names[name] = time.Now().Add(longTimeout) // until vouched answers
+	k.mu.Unlock()
+
+	d := min(vouched()-absentMargin, longTimeout)
+	if d <= 0 {
+		return 0 // the record stays until swept: one needless notice at most
+	}
+	k.mu.Lock()
+	if names := k.absent[parent]; names != nil {
+		if _, ok := names[name]; ok {
+			names[name] = time.Now().Add(d + absentMargin)
+		}
+	}
+	k.mu.Unlock()
+	return d
+}
+
+// ForgetAbsent takes back the kernel's negative entries in dir whose
+// timeouts still run: the lease that vouched for them ended.
+func (k *kernelCache) ForgetAbsent(dir uint64) {
+	k.mu.Lock()
+	names := k.absent[dir]
+	if names != nil {
+		delete(k.absent, dir)
+		k.nabsent -= len(names)
+	}
+	k.mu.Unlock()
+	k.takeBack(dir, names)
+}
+
+// ForgetAllAbsent takes back every negative entry whose timeout still
+// runs.
+func (k *kernelCache) ForgetAllAbsent() {
+	k.mu.Lock()
+	all := k.absent
+	k.absent, k.nabsent = map[uint64]map[string]time.Time{}, 0
+	k.mu.Unlock()
+	for dir, names := range all {
+		k.takeBack(dir, names)
+	}
+}
+
+func (k *kernelCache) takeBack(dir uint64, names map[string]time.Time) {
+	if k.notify == nil {
+		return
+	}
+	now := time.Now()
+	for name, end := range names {
+		if now.Before(end) {
+			k.notify.EntryNotify(dir, name)
+		}
+	}
 }
 
 // attrTimeout is the timeout to give the kernel for ino's attributes.
@@ -80,7 +174,7 @@ func (k *kernelCache) grant(record func(end time.Time)) time.Duration {
 
 // roomLocked makes room for one more long timeout, if it can.
 func (k *kernelCache) roomLocked() bool {
-	if len(k.inodes) < maxLeases && len(k.names) < maxLeases {
+	if len(k.inodes) < maxLeases && len(k.names) < maxLeases && k.nabsent < maxLeases {
 		return true
 	}
 	now := time.Now()
@@ -98,7 +192,18 @@ func (k *kernelCache) roomLocked() bool {
 			delete(k.names, n)
 		}
 	}
-	return len(k.inodes) < maxLeases && len(k.names) < maxLeases
+	for dir, names := range k.absent {
+		for n, end := range names {
+			if now.After(end) {
+				delete(names, n)
+				k.nabsent--
+			}
+		}
+		if len(names) == 0 {
+			delete(k.absent, dir)
+		}
+	}
+	return len(k.inodes) < maxLeases && len(k.names) < maxLeases && k.nabsent < maxLeases
 }
 
 // InvalidateInode drops the kernel's attributes and cached data of ino
@@ -123,8 +228,10 @@ func (k *kernelCache) InvalidateEntry(parent uint64, name string) {
 	}
 }
 
-// InvalidateAll takes back every long timeout still running.
+// InvalidateAll takes back every long timeout and every negative entry
+// still running.
 func (k *kernelCache) InvalidateAll() {
+	k.ForgetAllAbsent()
 	k.mu.Lock()
 	inodes, names := k.inodes, k.names
 	k.inodes, k.names = map[uint64]time.Time{}, map[nameKey]time.Time{}
