@@ -387,6 +387,19 @@ type MountOptions struct {
 	// ExtraCapabilities is a bitmask of capabilities which
 	// must be enabled in addition to the defaults.
 	ExtraCapabilities uint64
+
+	// IoUring, if set, serves requests over FUSE-over-io_uring when the
+	// kernel offers it (Linux 6.14 and later, with the fuse module's
+	// enable_uring parameter on): one queue per CPU, each served by
+	// IoUringWorkers threads pinned to that CPU, so that a request and
+	// its reply do not cross CPUs (ring_linux.go). Without it, or
+	// without the kernel's offer, requests come over /dev/fuse.
+	IoUring bool
+
+	// IoUringWorkers is the number of threads, each with one ring
+	// entry, each CPU queue starts with (default 4). A queue whose
+	// workers are all busy starts another, up to 128.
+	IoUringWorkers int
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

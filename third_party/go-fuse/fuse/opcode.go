@@ -108,6 +108,9 @@ func doInit(server *protocolServer, req *request) {
 	if server.opts.EnableLocks {
 		kernelFlags |= input.Flags64() & (CAP_FLOCK_LOCKS | CAP_POSIX_LOCKS)
 	}
+	if server.opts.IoUring {
+		kernelFlags |= input.Flags64() & CAP_OVER_IO_URING
+	}
 	if server.opts.EnableSymlinkCaching {
 		kernelFlags |= input.Flags64() & CAP_CACHE_SYMLINKS
 	}

@@ -69,6 +69,10 @@ type Server struct {
 
 	// for implementing single threaded processing.
 	requestProcessingMu sync.Mutex
+
+	// FUSE over io_uring (ring_linux.go): entries wanted and registered.
+	ringWanted, ringRegistered atomic.Int32
+	ringQueues                 []ringQueue
 }
 
 // SetDebug is deprecated. Use MountOptions.Debug instead.
@@ -375,6 +379,7 @@ func (ms *Server) Serve() {
 		log.Panic("Serve() must only be called once, you have called it a second time")
 	}
 
+	ms.startRing()
 	ms.loop()
 	ms.fuseFD.loops.Wait()
 
