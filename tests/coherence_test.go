@@ -26,15 +26,16 @@ import (
 const seenSoon = 700 * time.Millisecond
 
 // secondMount mounts the cluster a second time, as another client host
-// would, and unmounts it when the test ends.
-func secondMount(t *testing.T, c *testcluster.Cluster) string {
+// would, with extra flags for tandem mount, and unmounts it when the test
+// ends.
+func secondMount(t *testing.T, c *testcluster.Cluster, flags ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "mnt2")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testcluster.Binary(t), "mount", "--meta", c.Layout.MetaAddr,
-		"--secret-file", c.Layout.SecretFile, dir)
+	args := append([]string{"mount", "--meta", c.Layout.MetaAddr, "--secret-file", c.Layout.SecretFile}, flags...)
+	cmd := exec.Command(testcluster.Binary(t), append(args, dir)...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	var metaAddr, secretFile, cacheSize string
+	var metaAddr, secretFile, cacheSize, ioUring string
 	var debug bool
 	var giveUp time.Duration
 	cmd := &cobra.Command{
@@ -30,6 +30,10 @@ func init() {
 			if err != nil {
 				return err
 			}
+			uring, err := fuse.ParseIoUringMode(ioUring)
+			if err != nil {
+				return err
+			}
 			secret, err := rpc.ReadSecretFile(secretFile)
 			if err != nil {
 				return err
@@ -42,7 +46,7 @@ func init() {
 			}
 			defer c.Close()
 			c.ExportMetrics()
-			srv, err := fuse.Mount(c, mnt, fuse.MountOptions{Debug: debug})
+			srv, err := fuse.Mount(c, mnt, fuse.MountOptions{Debug: debug, IoUring: uring, Logf: logger.Printf})
 			if err != nil {
 				return err
 			}
@@ -64,6 +68,7 @@ func init() {
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
 	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads (O_DIRECT ones too) of files this client holds leases on; 0 turns it off")
+	f.StringVar(&ioUring, "io-uring", "auto", "serve the kernel over FUSE-over-io_uring (Linux 6.14+): auto when the fuse module allows it, on to also turn its enable_uring parameter on (root), off for /dev/fuse")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
 	addMetricsFlag(cmd)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tandemfs/internal/cluster"
+	"tandemfs/internal/fuse"
 )
 
 // defaultDataDir is where up, down and status keep a one-machine cluster
@@ -36,6 +37,9 @@ running and brings back every file.`,
 			if cmd.Flags().Changed("inline-max") {
 				o.InlineMax = inline
 			}
+			if _, err := fuse.ParseIoUringMode(o.IoUring); err != nil {
+				return err
+			}
 			o.Progress = os.Stdout
 			l, err := cluster.Up(o)
 			if err != nil {
@@ -60,6 +64,7 @@ running and brings back every file.`,
 	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
 	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
+	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where the kernel has it, turning the fuse module's enable_uring on (root); auto uses it only if already on; off keeps to /dev/fuse")
 	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
 	rootCmd.AddCommand(up)
 

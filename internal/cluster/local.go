@@ -41,6 +41,9 @@ type Options struct {
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
+	// IoUring is the mount's --io-uring (auto, on, off; "": the mount's
+	// default, auto).
+	IoUring string
 	// FailureTimeout is how long a silent storage server waits before
 	// failover; 0: the default.
 	FailureTimeout time.Duration
@@ -388,7 +391,11 @@ func (o *Options) startMount(l *Layout) error {
 		o.progress("cleaning up a stale mount at %s", l.Mount)
 		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
 	}
-	args := []string{"mount", "--meta", l.MetaAddr, "--secret-file", l.SecretFile, l.Mount}
+	args := []string{"mount", "--meta", l.MetaAddr, "--secret-file", l.SecretFile}
+	if o.IoUring != "" {
+		args = append(args, "--io-uring", o.IoUring)
+	}
+	args = append(args, l.Mount)
 	if _, err := o.start("mount", args, nil); err != nil {
 		return err
 	}

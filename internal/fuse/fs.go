@@ -26,6 +26,7 @@ type FS struct {
 
 	kernel  *kernelCache  // the kernel's timeouts and invalidations
 	reads   atomic.Uint64 // READ requests, for user.tandem.client
+	ioUring func() bool   // whether the kernel's requests come over io_uring
 	lookups atomic.Uint64 // LOOKUP requests, for user.tandem.client
 
 	mu      sync.Mutex
@@ -323,11 +324,18 @@ type ClientStats struct {
 	// Lookups counts the names the kernel asked this client to look up
 	// (those it keeps, found or missing, it does not ask again).
 	Lookups uint64 `json:"lookups"`
+	// Transport is how the kernel's requests arrive: "io_uring" or
+	// "/dev/fuse" (uring.go).
+	Transport string `json:"transport"`
 }
 
 func (fs *FS) clientStats() ([]byte, error) {
 	bc := fs.c.BlockCacheStats()
-	return json.Marshal(ClientStats{Session: fs.c.Session(), Watching: fs.c.Watching(), MetaCalls: fs.c.MetaCalls(),
+	transport := "/dev/fuse"
+	if fs.ioUring != nil && fs.ioUring() {
+		transport = "io_uring"
+	}
+	return json.Marshal(ClientStats{Transport: transport, Session: fs.c.Session(), Watching: fs.c.Watching(), MetaCalls: fs.c.MetaCalls(),
 		FileLeases: fs.c.FileLeases(), DirLeases: fs.c.DirLeases(),
 		BlockCacheBytes: bc.Bytes, BlockCacheHits: bc.Hits, BlockCacheMisses: bc.Misses,
 		OpensKeptPages: fs.c.OpensKeptPages(), Reads: fs.reads.Load(), Lookups: fs.lookups.Load()})

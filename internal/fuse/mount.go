@@ -15,12 +15,24 @@ import (
 // MountOptions tune the kernel side of a mount.
 type MountOptions struct {
 	Debug bool
+	// IoUring says whether to serve the kernel over io_uring (uring.go);
+	// empty means auto.
+	IoUring IoUringMode
+	// Logf tells of the transport chosen (default: nowhere).
+	Logf func(string, ...any)
 }
 
 // Mount mounts c at dir and returns the running server; call Wait to serve
 // until unmounted, and Unmount to detach.
 func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error) {
 	root := os.Geteuid() == 0
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if o.IoUring == "" {
+		o.IoUring = IoUringAuto
+	}
 	opts := &gofuse.MountOptions{
 		FsName:        "tandem",
 		Name:          "tandem",
@@ -48,6 +60,7 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// fcntl and flock locks are the cluster's, not this kernel's
 		// alone (locks.go).
 		EnableLocks: true,
+		IoUring:     prepareIoUring(o.IoUring, logf),
 	}
 	fs := New(c)
 	srv, err := gofuse.NewServer(fs, dir, opts)
@@ -64,6 +77,10 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 	}
 	if root {
 		setReadahead(dir, readaheadKB)
+	}
+	fs.ioUring = srv.IoUring
+	if opts.IoUring {
+		logf("FUSE over io_uring: asked of the kernel; in use once every CPU's queue is registered (user.tandem.client shows the transport)")
 	}
 	return srv, nil
 }
