@@ -449,7 +449,9 @@ func ringBulk(e *ringEntry) bool {
 	h := (*InHeader)(unsafe.Pointer(&e.header[0]))
 	switch h.Opcode {
 	case _OP_READ:
-		return (*ReadIn)(unsafe.Pointer(&e.header[ringInOutSize])).Size >= ringBulkSize
+		// op_in holds struct fuse_read_in: fh, offset, size (go-fuse's
+		// ReadIn begins with the InHeader, which op_in lacks).
+		return binary.LittleEndian.Uint32(e.header[ringInOutSize+16:]) >= ringBulkSize
 	case _OP_WRITE:
 		return binary.LittleEndian.Uint32(e.header[ringPayloadSzAt:]) >= ringBulkSize
 	}
