@@ -11,12 +11,6 @@ if [ -n "$unformatted" ]; then
     echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
 fi
 go vet ./...
-# The mounts serve the kernel over FUSE-over-io_uring where the kernel has
-# it (Linux 6.14+), as `tandem up` does; the fuse module ships with it
-# switched off. Tests that need /dev/fuse ask for it (--io-uring off).
-if [ "$(id -u)" = 0 ] && [ -w /sys/module/fuse/parameters/enable_uring ]; then
-    echo Y > /sys/module/fuse/parameters/enable_uring
-fi
 # The packages under tests/ build the tandem binary themselves and run it:
 # Go's test cache cannot see that binary's sources, so a cached "ok" there
 # could hide a change elsewhere. They always run (-count=1).

@@ -41,8 +41,8 @@ type Options struct {
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
-	// IoUring is the mount's --io-uring (auto, on, off; "": the mount's
-	// default, auto).
+	// IoUring is the mount's --io-uring (on, off; "": the mount's
+	// default, off).
 	IoUring string
 	// FailureTimeout is how long a silent storage server waits before
 	// failover; 0: the default.

@@ -16,7 +16,7 @@ import (
 type MountOptions struct {
 	Debug bool
 	// IoUring says whether to serve the kernel over io_uring (uring.go);
-	// empty means auto.
+	// empty means off.
 	IoUring IoUringMode
 	// Logf tells of the transport chosen (default: nowhere).
 	Logf func(string, ...any)
@@ -29,9 +29,6 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
-	}
-	if o.IoUring == "" {
-		o.IoUring = IoUringAuto
 	}
 	opts := &gofuse.MountOptions{
 		FsName:        "tandem",

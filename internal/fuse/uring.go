@@ -22,46 +22,49 @@ import (
 type IoUringMode string
 
 const (
-	// IoUringAuto uses io_uring when the kernel offers it.
-	IoUringAuto IoUringMode = "auto"
-	// IoUringOn also turns the fuse module's enable_uring parameter on,
-	// which needs root.
-	IoUringOn IoUringMode = "on"
-	// IoUringOff keeps to /dev/fuse.
+	// IoUringOff keeps to /dev/fuse: the default.
 	IoUringOff IoUringMode = "off"
+	// IoUringOn serves over io_uring where the kernel has it, turning
+	// the fuse module's enable_uring parameter on first (root).
+	IoUringOn IoUringMode = "on"
 )
+
+// Why it is not the default yet (docs/benchmarks.md, "Notes of
+// 2026-11-26"): large sequential reads that ask for readahead lose about
+// a third, and a CPU's queue whose every entry waits long (a lock wait
+// each) holds up later requests of that CPU until one of them ends: the
+// kernel hands queued requests only to entries that commit a reply, not
+// to ones registered later, so the workers a queue adds serve only
+// requests that come after them.
 
 // enableUringParam is the fuse module's switch for FUSE over io_uring.
 const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
 
-// ParseIoUringMode checks a --io-uring value.
+// ParseIoUringMode checks a --io-uring value ("" is off).
 func ParseIoUringMode(s string) (IoUringMode, error) {
 	switch m := IoUringMode(s); m {
-	case IoUringAuto, IoUringOn, IoUringOff:
+	case "":
+		return IoUringOff, nil
+	case IoUringOn, IoUringOff:
 		return m, nil
 	}
-	return "", fmt.Errorf("--io-uring %q: want auto, on or off", s)
+	return "", fmt.Errorf("--io-uring %q: want on or off", s)
 }
 
 // prepareIoUring reports whether to ask the kernel for io_uring, turning
-// the module parameter on first in mode on. logf tells of what it did or
-// could not do.
+// the module parameter on first. logf tells of what it did or could not
+// do.
 func prepareIoUring(mode IoUringMode, logf func(string, ...any)) bool {
-	if mode == IoUringOff {
+	if mode != IoUringOn {
 		return false
 	}
 	cur, err := os.ReadFile(enableUringParam)
 	if err != nil {
-		if mode == IoUringOn {
-			logf("FUSE over io_uring: this kernel has no %s (Linux 6.14+ built with CONFIG_FUSE_IO_URING); serving over /dev/fuse", enableUringParam)
-		}
+		logf("FUSE over io_uring: this kernel has no %s (Linux 6.14+ built with CONFIG_FUSE_IO_URING); serving over /dev/fuse", enableUringParam)
 		return false
 	}
 	if strings.TrimSpace(string(cur)) == "Y" {
 		return true
-	}
-	if mode != IoUringOn {
-		return false
 	}
 	if err := os.WriteFile(enableUringParam, []byte("Y\n"), 0o644); err != nil {
 		logf("FUSE over io_uring: turning on %s: %v; serving over /dev/fuse", enableUringParam, err)

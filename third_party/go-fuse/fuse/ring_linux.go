@@ -69,10 +69,11 @@ const (
 	ringHeaderSize  = ringEntInOutOff + 32
 
 	defaultRingWorkers = 4
-	// maxRingWorkers bounds the workers of one queue. A queue whose
-	// workers are all busy starts another, so that requests that block
-	// for long (a lock waited for) cannot hold up one that would end the
-	// wait (the holder's close).
+	// maxRingWorkers bounds the workers of one queue. A queue left with
+	// fewer than two workers waiting starts another, so that requests
+	// that block for long (a lock waited for) do not hold up one that
+	// would end the wait (the holder's close). A burst of such requests
+	// faster than workers start can still take every entry.
 	maxRingWorkers = 128
 )
 
@@ -328,8 +329,11 @@ func (ms *Server) ringWorker(qid int) {
 	for {
 		q.idle.Add(1)
 		res, err := r.submitAndWait()
-		if q.idle.Add(-1) == 0 && res >= 0 && err == nil && q.workers.Load() < maxRingWorkers {
-			ms.startRingWorker(qid) // this was the last one waiting
+		// Keep a spare waiting: the kernel hands a request that finds
+		// no entry waiting only to an entry that commits a reply later,
+		// never to one registered later.
+		if q.idle.Add(-1) <= 1 && res >= 0 && err == nil && q.workers.Load() < maxRingWorkers {
+			ms.startRingWorker(qid)
 		}
 		if err != nil {
 			ms.opts.Logger.Printf("io_uring queue %d: %v", qid, err)
