@@ -104,6 +104,24 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 	}
 }
 
+func TestAReadLateByMoreThanTheSlackKeepsRunningReadahead(t *testing.T) {
+	const mib = 1 << 20
+	late := uint64(2 * mib)
+	front := late + raSlack + mib // a request sent later was served first
+	var ra readahead
+	ra.nextOff = front
+	if ra.behindInWindow(late) {
+		t.Fatal("before readahead runs, a read behind the front counts as sequential")
+	}
+	ra.blocks = map[uint64]*raBlock{}
+	if near(late, front, raSlack) || !ra.behindInWindow(late) {
+		t.Fatal("a read late by more than the slack, within the window, does not count as sequential")
+	}
+	if ra.behindInWindow(front - raWindowSize - 1) {
+		t.Fatal("a read behind the whole window counts as sequential")
+	}
+}
+
 func TestReadaheadMemoryIsReusedOnlyAfterEveryHolderLetGo(t *testing.T) {
 	mem := getChunkBuf(1 << 20)
 	b := &raBlock{done: make(chan struct{}), data: (*mem)[:1<<20], mem: mem}

@@ -30,8 +30,7 @@ const (
 )
 
 // Why it is not the default yet (docs/benchmarks.md, "Notes of
-// 2026-11-26"): large sequential reads that ask for readahead lose about
-// a third, and a CPU's queue whose every entry waits long (a lock wait
+// 2026-11-26"): large sequential reads lose 15-20 %, and a CPU's queue whose every entry waits long (a lock wait
 // each) holds up later requests of that CPU until one of them ends: the
 // kernel hands queued requests only to entries that commit a reply, not
 // to ones registered later, so the workers a queue adds serve only
