@@ -162,15 +162,7 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 
 // returnRequest returns a request to the pool of unused requests.
 func (r *fuseFD) returnRequest(req *requestAlloc) {
-	if req.bufferPoolOutputBuf != nil {
-		r.buffers.FreeBuffer(req.bufferPoolOutputBuf)
-		req.bufferPoolOutputBuf = nil
-	}
-	if req.interrupted {
-		req.interrupted = false
-		req.cancel = make(chan struct{}, 0)
-	}
-	req.clear()
+	req.reset(r.buffers)
 
 	r.reqMu.Lock()
 	if p := req.bufferPoolInputBuf; p != nil {

@@ -88,6 +88,21 @@ func (r *request) outHeader() *OutHeader {
 	return (*OutHeader)(unsafe.Pointer(&r.outHeaderBuf[0]))
 }
 
+// reset readies a served request for the next one: its output buffer
+// goes back to buffers, and an interrupted request gets a new cancel
+// channel.
+func (r *requestAlloc) reset(buffers *bufferPool) {
+	if r.bufferPoolOutputBuf != nil {
+		buffers.FreeBuffer(r.bufferPoolOutputBuf)
+		r.bufferPoolOutputBuf = nil
+	}
+	if r.interrupted {
+		r.interrupted = false
+		r.cancel = make(chan struct{}, 0)
+	}
+	r.clear()
+}
+
 // TODO - benchmark to see if this is necessary?
 func (r *request) clear() {
 	r.suppressReply = false

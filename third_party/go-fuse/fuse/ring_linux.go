@@ -380,20 +380,7 @@ func (ms *Server) serveRingEntry(e *ringEntry) uint64 {
 		ms.requestProcessingMu.Lock()
 		defer ms.requestProcessingMu.Unlock()
 	}
-	h, inSize, outSize, outPayloadSize, code := parseRequest(req.inputBuf, &ms.kernelSettings, ms.negotiatedFlags)
-	req.request.status = code
-	if code.Ok() {
-		req.request.status = req.splitPayload(inSize, int(h.InputSize))
-	}
-	req.outHeaderBuf = req.outHeaderInline[:]
-	req.outDataBuf = req.outDataInline[:outSize]
-	clear(req.outHeaderBuf)
-	clear(req.outDataBuf)
-	if outPayloadSize > 0 {
-		req.outPayload = ms.buffers.AllocBuffer(uint32(outPayloadSize))
-		req.bufferPoolOutputBuf = req.outPayload
-	}
-	ms.protocolServer.handleRequest(h, &req.request)
+	ms.serve(req)
 
 	status := Status(-req.outHeader().Status)
 	data, payload := req.outDataBuf, req.outPayload
@@ -413,16 +400,7 @@ func (ms *Server) serveRingEntry(e *ringEntry) uint64 {
 		req.readResult = nil
 	}
 	ms.ringReply(e, unique, status, data, payload)
-
-	if req.bufferPoolOutputBuf != nil {
-		ms.buffers.FreeBuffer(req.bufferPoolOutputBuf)
-		req.bufferPoolOutputBuf = nil
-	}
-	if req.interrupted {
-		req.interrupted = false
-		req.cancel = make(chan struct{})
-	}
-	req.clear()
+	req.reset(&ms.buffers)
 	return unique
 }
 

@@ -497,13 +497,9 @@ exit:
 	}
 }
 
-func (ms *Server) handleRequest(req *requestAlloc) Status {
-	defer ms.fuseFD.returnRequest(req)
-	if ms.opts.SingleThreaded {
-		ms.requestProcessingMu.Lock()
-		defer ms.requestProcessingMu.Unlock()
-	}
-
+// serve parses the request in req.inputBuf, runs its handler and leaves
+// the reply in req, for /dev/fuse and the io_uring transport alike.
+func (ms *Server) serve(req *requestAlloc) {
 	h, inSize, outSize, outPayloadSize, code := parseRequest(req.inputBuf, &ms.kernelSettings, ms.negotiatedFlags)
 	req.request.status = code
 	if !code.Ok() && code != ENOSYS {
@@ -524,6 +520,16 @@ func (ms *Server) handleRequest(req *requestAlloc) Status {
 		req.bufferPoolOutputBuf = req.outPayload
 	}
 	ms.protocolServer.handleRequest(h, &req.request)
+}
+
+func (ms *Server) handleRequest(req *requestAlloc) Status {
+	defer ms.fuseFD.returnRequest(req)
+	if ms.opts.SingleThreaded {
+		ms.requestProcessingMu.Lock()
+		defer ms.requestProcessingMu.Unlock()
+	}
+
+	ms.serve(req)
 	if req.suppressReply {
 		return OK
 	}
