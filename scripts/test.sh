@@ -15,4 +15,7 @@ go vet ./...
 # Go's test cache cannot see that binary's sources, so a cached "ok" there
 # could hide a change elsewhere. They always run (-count=1).
 go test -race -timeout 25m "$@" $(go list ./... | grep -v '/tests')
+# go-fuse is vendored (third_party/go-fuse) for its io_uring transport:
+# that transport's own unit tests run here; the rest are upstream's.
+go test -race -run 'Ring' github.com/hanwen/go-fuse/v2/fuse
 go test -race -count=1 -timeout 25m "$@" ./tests/...

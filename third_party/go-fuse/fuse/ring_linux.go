@@ -72,8 +72,10 @@ const (
 	// maxRingWorkers bounds the workers of one queue. A queue left with
 	// fewer than two workers waiting starts another, so that requests
 	// that block for long (a lock waited for) do not hold up one that
-	// would end the wait (the holder's close). A burst of such requests
-	// faster than workers start can still take every entry.
+	// would end the wait (the holder's close). What a burst faster than
+	// workers start leaves queued in the kernel, the queues' watch
+	// (ring_stall_linux.go) gets served. A queue whose 128 workers all
+	// wait can still stall.
 	maxRingWorkers = 128
 )
 
@@ -242,6 +244,16 @@ func (ms *Server) startRing() {
 			ms.startRingWorker(q)
 		}
 	}
+	ms.ringDone = make(chan struct{})
+	go ms.watchRingQueues(ms.ringDone)
+}
+
+// stopRing ends what startRing started beside the workers, which end
+// with the connection.
+func (ms *Server) stopRing() {
+	if ms.ringDone != nil {
+		close(ms.ringDone)
+	}
 }
 
 func (ms *Server) startRingWorker(qid int) {
@@ -326,6 +338,7 @@ func (ms *Server) ringWorker(qid int) {
 	}
 	ms.ringRegistered.Add(1)
 	q := &ms.ringQueues[qid]
+	serving := q.servingSlot()
 	for {
 		q.idle.Add(1)
 		res, err := r.submitAndWait()
@@ -351,7 +364,10 @@ func (ms *Server) ringWorker(qid int) {
 		} else {
 			pin.small()
 		}
+		serving.Store((*InHeader)(unsafe.Pointer(&e.header[0])).Unique)
 		unique := ms.serveRingEntry(e)
+		serving.Store(0)
+		q.commits.Add(1)
 		r.pushCmd(fd, fuseIoUringCmdCommitAndFetch, &e.iov, unique, uint16(qid))
 		runtime.KeepAlive(e)
 	}

@@ -9,5 +9,7 @@ package fuse
 // FUSE over io_uring exists on Linux only.
 func (ms *Server) startRing() {}
 
+func (ms *Server) stopRing() {}
+
 // IoUring reports whether requests are served over io_uring: never here.
 func (ms *Server) IoUring() bool { return false }

@@ -73,6 +73,7 @@ type Server struct {
 	// FUSE over io_uring (ring_linux.go): entries wanted and registered.
 	ringWanted, ringRegistered atomic.Int32
 	ringQueues                 []ringQueue
+	ringDone                   chan struct{} // closed when serving ends: stops the queues' watch
 }
 
 // SetDebug is deprecated. Use MountOptions.Debug instead.
@@ -382,6 +383,7 @@ func (ms *Server) Serve() {
 	ms.startRing()
 	ms.loop()
 	ms.fuseFD.loops.Wait()
+	ms.stopRing()
 
 	ms.fuseFD.close()
 
