@@ -126,13 +126,30 @@ func (c *Client) markOrphan(ino uint64) {
 	}
 }
 
-// overlay applies this client's uncommitted size and mtime to n.
+// overlay applies to n what this client knows of inode n.Ino that is
+// newer: the inode its own last commit (or truncate, or open) brought
+// back, and its uncommitted size and mtime.
 func (c *Client) overlay(n *proto.Inode) {
-	st := c.lookupState(n.Ino)
-	if st == nil {
-		return
+	if st := c.lookupState(n.Ino); st != nil {
+		st.overlay(n)
 	}
+}
+
+// overlay applies the state of the open file to n, a copy of its inode
+// from the cache or from a reply. n may predate a commit that ended
+// while it was read: a cached copy read just before the commit put its
+// reply in the cache, or a reply the metadata service sent before it
+// applied the commit. Then the commit has cleared dirty, and only the
+// inode it brought back (a higher version) has the size (found by
+// tests/fsx_test.go: an O_APPEND descriptor's release committed the
+// size of an O_DIRECT write made meanwhile, and fstat got the size from
+// before).
+func (st *fileState) overlay(n *proto.Inode) {
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.inode.Version > n.Version {
+		*n = st.inode
+	}
 	if st.dirty {
 		if st.size > n.Size {
 			n.Size = st.size
@@ -142,7 +159,6 @@ func (c *Client) overlay(n *proto.Inode) {
 		}
 		n.Written = min(n.Written+st.wrote, n.Size)
 	}
-	st.mu.Unlock()
 }
 
 // sizeChanged records a truncate's result in the open state, if any.
