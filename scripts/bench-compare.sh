@@ -15,8 +15,9 @@
 #                     (default "local tandem juicefs seaweedfs moosefs glusterfs";
 #                     juicefs-redis is also known; tandem1 is TandemFS with one
 #                     copy of each file, as the peers keep by default;
-#                     tandem-uring is TandemFS (two copies) with its mount
-#                     on FUSE-over-io_uring (tandem up --io-uring on))
+#                     tandem-devfuse is TandemFS (two copies) with its mount
+#                     on /dev/fuse (tandem up --io-uring off); the default
+#                     mount is on FUSE-over-io_uring where the kernel has it)
 #   --out DIR         result directory (default docs/bench-results/YYYY-MM-DD,
 #                     or YYYY-MM-DD-HHMM if that already exists)
 #
@@ -85,7 +86,7 @@ command -v fio >/dev/null || die "fio is not installed ($SHARED/bench/install-de
 command -v python3 >/dev/null || die "python3 is not installed"
 for s in $SYSTEMS; do
     case $s in
-        local|tandem|tandem1|tandem-uring) ;;
+        local|tandem|tandem1|tandem-devfuse) ;;
         juicefs-redis) [ -x "$PEERS/juicefs/up.sh" ] || [ -f "$PEERS/juicefs/up.sh" ] || die "no $PEERS/juicefs/up.sh" ;;
         *) [ -f "$PEERS/$s/up.sh" ] || die "unknown system '$s' (no $PEERS/$s/up.sh)" ;;
     esac
@@ -210,7 +211,7 @@ build_tandem() {
     esac
 }
 TANDEM_OK=false
-if [[ " $SYSTEMS " == *" tandem "* || " $SYSTEMS " == *" tandem1 "* || " $SYSTEMS " == *" tandem-uring "* ]]; then
+if [[ " $SYSTEMS " == *" tandem "* || " $SYSTEMS " == *" tandem1 "* || " $SYSTEMS " == *" tandem-devfuse "* ]]; then
     log "building TandemFS ($MODE ${REV:-})"
     if build_tandem; then TANDEM_OK=true; log "built $SCRATCH/tandem from $TCOMMIT (dirty=$TDIRTY)"
     else log "TandemFS build FAILED (see logs/tandem.build.log)"; tail -5 "$OUT/logs/tandem.build.log" >&2; fi
@@ -286,7 +287,7 @@ measure() {
             mnt=$SCRATCH/local; mkdir -p "$mnt"
             ver="$(findmnt -n -o SOURCE,FSTYPE -T "$mnt" | tr -s ' ')"
             CURRENT_DOWN="rm -rf -- '$mnt'" ;;
-        tandem|tandem1|tandem-uring)
+        tandem|tandem1|tandem-devfuse)
             if [ "$TANDEM_OK" != true ]; then
                 record "$sys" failed 0 "$TCOMMIT" "build failed (logs/tandem.build.log)" "$load" ""
                 log "=== $sys: FAILED (build)"; return
@@ -295,7 +296,7 @@ measure() {
             mnt=$SCRATCH/td/mnt
             CURRENT_DOWN="'$SCRATCH/tandem' down --data '$SCRATCH/td/data' || '$SCRATCH/tandem' down --force --data '$SCRATCH/td/data'"
             local upflags=()
-            [ "$sys" = tandem-uring ] && upflags=(--io-uring on)
+            [ "$sys" = tandem-devfuse ] && upflags=(--io-uring off)
             if ! timeout 300 "$SCRATCH/tandem" up --data "$SCRATCH/td/data" --mount "$mnt" "${upflags[@]}" >"$OUT/logs/tandem.up.log" 2>&1 \
                 || ! mountpoint -q "$mnt"; then
                 tail -n 5 "$OUT/logs/tandem.up.log" | sed 's/^/    /' >&2
@@ -349,7 +350,7 @@ stop_current() {
         log "warning: stopping $1 failed (logs/$1.down.log)"
     fi
     CURRENT_DOWN=""
-    if [ "$1" = tandem ] || [ "$1" = tandem1 ] || [ "$1" = tandem-uring ]; then
+    if [ "$1" = tandem ] || [ "$1" = tandem1 ] || [ "$1" = tandem-devfuse ]; then
         if mountpoint -q "$SCRATCH/td/mnt"; then log "warning: $SCRATCH/td/mnt still mounted"
         else rm -rf -- "$SCRATCH/td"; fi
     fi

@@ -13,10 +13,11 @@ import (
 	"tandemfs/internal/testcluster"
 )
 
-// How the kernel's requests reach the mount: over /dev/fuse by default,
-// over FUSE-over-io_uring with --io-uring on (Linux 6.14+), each on the
-// CPU of the task that made it. These check the choice, and what only
-// the ring can get wrong; every other test runs over /dev/fuse.
+// How the kernel's requests reach the mount: over FUSE-over-io_uring by
+// default where the kernel has it (Linux 6.14+), each on the CPU of the
+// task that made it, over /dev/fuse with --io-uring off. These check the
+// choice, and what only the ring can get wrong; every other test runs
+// over the default.
 
 const enableUring = "/sys/module/fuse/parameters/enable_uring"
 
@@ -54,13 +55,28 @@ func ringMount(t *testing.T, c *testcluster.Cluster) string {
 	return mnt
 }
 
-func TestByDefaultTheMountServesOverDevFuse(t *testing.T) {
+func TestByDefaultTheMountServesOverIoUringWhereTheKernelHasIt(t *testing.T) {
+	needIoUring(t)
 	c := testcluster.Start(t)
-	if err := os.WriteFile(filepath.Join(c.Mount(), "f"), []byte("over /dev/fuse"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(c.Mount(), "f"), []byte("over io_uring"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if tr := transportOf(t, c.Mount(), 300*time.Millisecond); tr != "/dev/fuse" {
-		t.Fatalf("by default the transport is %q", tr)
+	if tr := transportOf(t, c.Mount(), 5*time.Second); tr != "io_uring" {
+		t.Fatalf("by default the transport is %q, want io_uring", tr)
+	}
+}
+
+func TestWithIoUringOffTheMountServesOverDevFuse(t *testing.T) {
+	c := testcluster.Start(t)
+	mnt := secondMount(t, c, "--io-uring", "off")
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("over /dev/fuse"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tr := transportOf(t, mnt, 300*time.Millisecond); tr != "/dev/fuse" {
+		t.Fatalf("with --io-uring off the transport is %q", tr)
+	}
+	if data, err := os.ReadFile(filepath.Join(c.Mount(), "f")); err != nil || string(data) != "over /dev/fuse" {
+		t.Fatalf("through the default mount: %q, %v", data, err)
 	}
 }
 

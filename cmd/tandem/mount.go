@@ -68,7 +68,7 @@ func init() {
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
 	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads (O_DIRECT ones too) of files this client holds leases on; 0 turns it off")
-	f.StringVar(&ioUring, "io-uring", "off", "on: serve the kernel over FUSE-over-io_uring (Linux 6.14+), each request on its caller's CPU, turning the fuse module's enable_uring on (root); off: over /dev/fuse (docs/architecture.md, \"Kernel transport\")")
+	f.StringVar(&ioUring, "io-uring", "on", "on: serve the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), each request on its caller's CPU, turning the fuse module's enable_uring on (root), else over /dev/fuse; off: over /dev/fuse (docs/architecture.md, \"Kernel transport\")")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
 	addMetricsFlag(cmd)

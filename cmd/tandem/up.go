@@ -64,7 +64,7 @@ running and brings back every file.`,
 	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
 	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
-	f.StringVar(&o.IoUring, "io-uring", "off", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")
+	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")
 	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
 	rootCmd.AddCommand(up)
 

@@ -42,7 +42,7 @@ type Options struct {
 	// no fencing.
 	FenceConfig string
 	// IoUring is the mount's --io-uring (on, off; "": the mount's
-	// default, off).
+	// default, on).
 	IoUring string
 	// FailureTimeout is how long a silent storage server waits before
 	// failover; 0: the default.

@@ -22,28 +22,30 @@ import (
 type IoUringMode string
 
 const (
-	// IoUringOff keeps to /dev/fuse: the default.
-	IoUringOff IoUringMode = "off"
 	// IoUringOn serves over io_uring where the kernel has it, turning
-	// the fuse module's enable_uring parameter on first (root).
+	// the fuse module's enable_uring parameter on first (root), and
+	// over /dev/fuse elsewhere: the default.
 	IoUringOn IoUringMode = "on"
+	// IoUringOff keeps to /dev/fuse.
+	IoUringOff IoUringMode = "off"
 )
 
-// Why it is not the default yet (docs/benchmarks.md, "Notes of
-// 2026-11-26"): large sequential reads lose 15-20 %, and a CPU's queue whose every entry waits long (a lock wait
-// each) holds up later requests of that CPU until one of them ends: the
-// kernel hands queued requests only to entries that commit a reply, not
-// to ones registered later, so the workers a queue adds serve only
-// requests that come after them.
+// What the ring costs (docs/benchmarks.md, "Notes of 2026-11-26" and
+// "Notes of 2026-11-27"): large sequential reads lose 15-20 % (the
+// reply's data is copied once more, into the ring's buffer), against
+// about half again as many creates and several times the small random
+// reads. A CPU's queue whose every entry waits long (lock waits) could
+// hold up later requests of that CPU for good; the ring's watch (in
+// go-fuse, ring_stall_linux.go) gets them served.
 
 // enableUringParam is the fuse module's switch for FUSE over io_uring.
 const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
 
-// ParseIoUringMode checks a --io-uring value ("" is off).
+// ParseIoUringMode checks a --io-uring value ("" is on).
 func ParseIoUringMode(s string) (IoUringMode, error) {
 	switch m := IoUringMode(s); m {
 	case "":
-		return IoUringOff, nil
+		return IoUringOn, nil
 	case IoUringOn, IoUringOff:
 		return m, nil
 	}

@@ -2,8 +2,8 @@ package fuse
 
 import "testing"
 
-func TestIoUringModeIsOnOrOffAndOffByDefault(t *testing.T) {
-	for in, want := range map[string]IoUringMode{"": IoUringOff, "off": IoUringOff, "on": IoUringOn} {
+func TestIoUringModeIsOnOrOffAndOnByDefault(t *testing.T) {
+	for in, want := range map[string]IoUringMode{"": IoUringOn, "off": IoUringOff, "on": IoUringOn} {
 		if got, err := ParseIoUringMode(in); err != nil || got != want {
 			t.Errorf("ParseIoUringMode(%q) = %q, %v; want %q", in, got, err, want)
 		}
