@@ -30,11 +30,10 @@ const (
 	IoUringOff IoUringMode = "off"
 )
 
-// What the ring costs (docs/benchmarks.md, "Notes of 2026-11-26" and
-// "Notes of 2026-11-27"): large sequential reads lose 15-20 % (the
-// reply's data is copied once more, into the ring's buffer), against
-// about half again as many creates and several times the small random
-// reads. A CPU's queue whose every entry waits long (lock waits) could
+// What the ring costs (docs/benchmarks.md, the notes of 2026-11-26):
+// large sequential reads lose 15-20 % (the reply's data is copied once
+// more, into the ring's buffer), against about half again as many
+// creates and several times the small random reads. A CPU's queue whose every entry waits long (lock waits) could
 // hold up later requests of that CPU for good; the ring's watch (in
 // go-fuse, ring_stall_linux.go) gets them served.
 
