@@ -10,6 +10,7 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"tandemfs/internal/client"
+	"tandemfs/internal/osthread"
 )
 
 // MountOptions tune the kernel side of a mount.
@@ -58,6 +59,9 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// alone (locks.go).
 		EnableLocks: true,
 		IoUring:     prepareIoUring(o.IoUring, logf),
+		// A ring worker's thread is its own: the client's calls made
+		// there wait for their replies in poll(2) (rpc.conn.awaitReply).
+		OnIoUringWorker: osthread.Dedicate,
 	}
 	fs := New(c)
 	srv, err := gofuse.NewServer(fs, dir, opts)

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"tandemfs/internal/osthread"
 	"tandemfs/internal/wire"
 )
 
@@ -350,5 +353,42 @@ func TestRestartedServerCostsAtMostOneFailedCall(t *testing.T) {
 	}
 	if failures > 1 {
 		t.Fatalf("%d of 3 calls failed after the restart, want at most 1", failures)
+	}
+}
+
+// On a thread its goroutine holds for good (a FUSE-over-io_uring worker),
+// a call waits for its reply in poll(2) for a while, then as any other.
+func TestCallsFromADedicatedThreadGetQuickAndSlowReplies(t *testing.T) {
+	_, addr, _ := echoServer(t, secret)
+	c := NewClient(addr, secret)
+	defer c.Close()
+	errs := make(chan error, 1)
+	before := repliesPolled.Load()
+	if _, err := echo(c, []byte("elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	if n := repliesPolled.Load() - before; n != 0 {
+		t.Fatalf("%d replies waited for in poll(2) by a goroutine without a thread of its own", n)
+	}
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer osthread.Dedicate()()
+		for i := range 50 {
+			want := bytes.Repeat([]byte{byte(i)}, 1+i*1000)
+			got, err := echo(c, want)
+			if err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("echo %d: %d bytes back, %v", i, len(got), err)
+				return
+			}
+		}
+		// Slower than the poll's bound: answered after 2 s.
+		errs <- c.Call(4, nil, nil)
+	}()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if n := repliesPolled.Load() - before; n < 25 {
+		t.Fatalf("only %d of 50 quick replies were waited for in poll(2)", n)
 	}
 }

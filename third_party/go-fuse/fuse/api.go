@@ -400,6 +400,13 @@ type MountOptions struct {
 	// entry, each CPU queue starts with (default 4). A queue whose
 	// workers are all busy starts another, up to 128.
 	IoUringWorkers int
+
+	// OnIoUringWorker, if set, is called by each io_uring worker on
+	// its own thread, which it holds for good (runtime.LockOSThread),
+	// when it starts; the function it returns is called when the
+	// worker ends. The file system's handlers run on that thread, and
+	// may then wait for I/O in blocking system calls there.
+	OnIoUringWorker func() (end func())
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

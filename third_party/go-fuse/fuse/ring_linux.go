@@ -299,6 +299,9 @@ func (ms *Server) ringWorker(qid int) {
 	runtime.LockOSThread()
 	pin := newRingPin(qid)
 	pin.small()
+	if f := ms.opts.OnIoUringWorker; f != nil {
+		defer f()()
+	}
 
 	// A descriptor of its own: the commands hold the file, and the
 	// server may close its descriptor at unmount meanwhile.
