@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -79,6 +80,13 @@ func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func
 			errs[i] = s.forward(v, cur, f, fwd)
 		}()
 	}
+	// Let the forwards go out before the local write: with one P per
+	// server (GOMAXPROCS, see cluster.storageEnv) a new goroutine runs
+	// only when this one blocks, and the local write's system call does
+	// not count, so the followers would start only after it. Random
+	// 4 KiB O_DIRECT writes with two copies, one job, fresh clusters
+	// alternated: 4,256-5,007 IOPS against 3,508-4,376 without.
+	runtime.Gosched()
 	lerr := local()
 	wg.Wait()
 	if lerr != nil {
