@@ -33,9 +33,10 @@ const (
 // What the ring costs (docs/benchmarks.md, the notes of 2026-11-26):
 // large sequential reads lose 15-20 % (the reply's data is copied once
 // more, into the ring's buffer), against about half again as many
-// creates and several times the small random reads. A CPU's queue whose every entry waits long (lock waits) could
-// hold up later requests of that CPU for good; the ring's watch (in
-// go-fuse, ring_stall_linux.go) gets them served.
+// creates and several times the small random reads. A CPU's queue whose
+// every entry waits long (lock waits) could hold up later requests of
+// that CPU for good; the ring's watch (in go-fuse, ring_stall_linux.go)
+// gets them served.
 
 // enableUringParam is the fuse module's switch for FUSE over io_uring.
 const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
