@@ -506,14 +506,16 @@ func readPid(dir, name string) int {
 	return pid
 }
 
-// running reports whether the recorded process of name is alive and still
-// a tandem process (PIDs get reused).
 // exited reports whether a /proc state letter is that of a process that
 // has exited: a zombie (Z), or one being reaped (X, x), whose command line
 // already reads empty. Missing X made `tandem up` right after a kill take
 // the process being reaped for a live one and not restart it.
 func exited(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
 
+// running reports whether the recorded process of name is alive and still
+// a tandem process (PIDs get reused): its command line must name
+// "tandem", so a binary installed under another name is taken for a
+// stranger.
 func running(dir, name string) bool {
 	pid := readPid(dir, name)
 	if pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
