@@ -27,10 +27,10 @@ MEASURES = [
     ("md3k_read_ops", "md read/s (3 KiB)"),
     ("md3k_remove_ops", "md remove/s (3 KiB)"),
 ]
-NAMES = {"local": "local disk", "tandem": "TandemFS", "tandem1": "TandemFS 1 copy", "tandem-devfuse": "TandemFS /dev/fuse", "tandem-uring": "TandemFS io_uring", "juicefs": "JuiceFS",
+NAMES = {"local": "local disk", "tandem": "TandemFS", "tandem1": "TandemFS 1 copy", "tandem-devfuse": "TandemFS /dev/fuse", "juicefs": "JuiceFS",
          "juicefs-redis": "JuiceFS (Redis)", "seaweedfs": "SeaweedFS",
          "moosefs": "MooseFS", "glusterfs": "GlusterFS"}
-NOT_PEERS = ("local", "tandem", "tandem1", "tandem-devfuse", "tandem-uring")
+NOT_PEERS = ("local", "tandem", "tandem1", "tandem-devfuse")
 
 
 def fmt(v):
