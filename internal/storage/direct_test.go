@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"os"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
@@ -72,4 +75,78 @@ func TestWriteDirectUsesAnODirectDescriptor(t *testing.T) {
 	if _, err := f.ReadAt(got, 4096); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back through the buffered descriptor: equal %v (%v)", bytes.Equal(got, data), err)
 	}
+}
+
+// Bulk writes bypass the page cache, also on a target over the
+// fault-injecting file system that the failure tests run servers on
+// (without faults it must behave as the real one), and the scrub's cache
+// drop and the early writeback reach the real file through it too.
+func TestTheFaultInjectingFileSystemKeepsTheRealFilesCachingBehaviour(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fs   FS
+	}{{"os", nil}, {"faults", NewFaultFS(nil)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := openTestTarget(t, Options{FS: tc.fs})
+			if err := tg.WriteBulk(5, 0, 0, pattern(5, 1<<20)); err != nil {
+				t.Fatal(err)
+			}
+			path := tg.dataPath(5, 0)
+			if n := residentPages(t, path); n != 0 {
+				t.Errorf("after a bulk write %d pages of %s are cached; want none (O_DIRECT)", n, path)
+			}
+
+			if err := tg.Write(6, 0, 0, pattern(6, 1<<20)); err != nil { // buffered
+				t.Fatal(err)
+			}
+			path = tg.dataPath(6, 0)
+			if n := residentPages(t, path); n == 0 {
+				t.Fatalf("a buffered write left no pages of %s cached", path)
+			}
+			err := tg.withChunk(chunkKey{6, 0}, false, true, func(ch *chunk) error {
+				if _, ok := ch.data.(writebackStarter); !ok {
+					t.Errorf("the data file (%T) cannot start its writeback early", ch.data)
+				}
+				if err := ch.data.Sync(); err != nil {
+					return err
+				}
+				dropCache(ch.data)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := residentPages(t, path); n != 0 {
+				t.Errorf("after dropping the cache %d pages of %s are still cached", n, path)
+			}
+		})
+	}
+}
+
+// residentPages counts the pages of the file at path in the page cache.
+func residentPages(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		t.Fatalf("stat %s: size %d, %v", path, st.Size(), err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore %s: %v", path, errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }

@@ -238,9 +238,35 @@ func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	return f.write(p, off, f.File.WriteAt)
+}
+
+// WriteDirect writes with O_DIRECT where the file underneath can, so that
+// servers taking injected faults (the failure matrix) copy resyncs as real
+// ones do (direct.go); the faults are those of a write.
+func (f *faultFile) WriteDirect(p []byte, off int64) (int, error) {
+	if d, ok := f.File.(directWriter); ok {
+		return f.write(p, off, d.WriteDirect)
+	}
+	return f.WriteAt(p, off)
+}
+
+// StartWriteback passes the hint on (writeback.go); it makes nothing
+// durable, so it takes no faults.
+func (f *faultFile) StartWriteback() error {
+	if w, ok := f.File.(writebackStarter); ok {
+		return w.StartWriteback()
+	}
+	return nil
+}
+
+// DropCache passes the request on (fs.go): a scrub then reads the disk.
+func (f *faultFile) DropCache() { dropCache(f.File) }
+
+func (f *faultFile) write(p []byte, off int64, writeAt func([]byte, int64) (int, error)) (int, error) {
 	ft := f.fs.check(OpWrite, f.name)
 	if ft == nil {
-		return f.File.WriteAt(p, off)
+		return writeAt(p, off)
 	}
 	err := &os.PathError{Op: "write (injected)", Path: f.name, Err: ft.Err}
 	if !ft.Partial {
@@ -250,7 +276,7 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	if end <= off {
 		return 0, err
 	}
-	n, werr := f.File.WriteAt(p[:end-off], off)
+	n, werr := writeAt(p[:end-off], off)
 	if werr != nil {
 		return n, werr
 	}
