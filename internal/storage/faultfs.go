@@ -217,6 +217,10 @@ func (f *FaultFS) Stat(name string) (int64, time.Time, error) {
 	return f.FS.Stat(name)
 }
 
+// MarkTopDir passes the top-directory hint (spread.go) on to the file
+// system underneath; it takes no faults, since it is only a hint.
+func (f *FaultFS) MarkTopDir(name string) error { return markTopDir(f.FS, name) }
+
 func (f *FaultFS) Lock(name string) (io.Closer, error) {
 	if err := f.err(OpLock, name); err != nil {
 		return nil, err

@@ -173,6 +173,10 @@ func FormatReplacement(dir, uuid string, id uint32) error {
 
 func (t *Target) makeChunkDirs() error {
 	chunks := filepath.Join(t.dir, "chunks")
+	if err := t.fs.Mkdir(chunks, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	markTopDir(t.fs, chunks) // a hint only (spread.go): without it, all works the same
 	for i := 0; i < 256; i++ {
 		if err := t.fs.MkdirAll(filepath.Join(chunks, fmt.Sprintf("%02x", i)), 0o755); err != nil {
 			return err
