@@ -111,8 +111,11 @@ func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.C
 
 func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
 	ref := &r.Chunk
-	if !ref.Forwarded && !r.Bulk {
-		s.share.pace(len(r.Data)) // a client's write: leave a running resync its share
+	if !r.Bulk {
+		// A client's write, taken as a head or forwarded by the head of
+		// another chain: either way it takes this server's disk and CPU
+		// from a resync it runs (share.go).
+		s.share.pace(len(r.Data))
 	}
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {

@@ -13,8 +13,17 @@ import (
 // they can take nearly all of it (measured on one machine: a 1 GiB resync
 // slowed from 450–550 MB/s to 45–72 MB/s under a client writing 150 MB/s).
 // So while this server copies a resync, the client reads and writes it
-// takes as a head are admitted so that they make up at most 1-share of
+// takes as a head, and the client writes the heads of other chains
+// forward to it, are admitted so that they make up at most 1-share of
 // the bytes the two move together (reads take the same disk and CPU).
+// Forwarded writes count because they take the same disk and CPU: with
+// only its own head's writes paced, a one-chain resync under a client
+// appending flat out to a file on another chain, headed by the other
+// server, copied 69-113 MB/s; with them, 435-738 (TestResyncSpeed with
+// TANDEM_RESYNC_STRIPE=1 and TANDEM_RESYNC_LOAD=1, 2026-11-26, three and
+// six runs).
+// Waiting here holds up only the forwarding head's client, never a lock
+// this server's resync needs: a follower takes no chunk locks.
 // Clients always get a floor of bytes a second on top, so they never
 // stop, even while the resync lists buckets or waits for its member.
 
