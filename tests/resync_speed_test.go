@@ -17,7 +17,9 @@ import (
 // to another file (through the mount, as fast as it can) while the head
 // copies. It reports the bytes copied, the head's time and the rate, and
 // what the client wrote meanwhile (docs/ha.md, "Resync speed");
-// TANDEM_RESYNC_SHARE sets the servers' --resync-share. Skipped
+// TANDEM_RESYNC_SHARE sets the servers' --resync-share, and
+// TANDEM_RESYNC_STRIPE=1 stripes the missed file over one chain, so that
+// one head copies it all (as after a failed disk). Skipped
 // unless TANDEM_RESYNC_MIB is set: it writes a GiB.
 func TestResyncSpeed(t *testing.T) {
 	mib, err := strconv.Atoi(os.Getenv("TANDEM_RESYNC_MIB"))
@@ -30,6 +32,11 @@ func TestResyncSpeed(t *testing.T) {
 	}
 	c := testcluster.Start(t, opts...)
 	dir := c.Mount()
+	if count := os.Getenv("TANDEM_RESYNC_STRIPE"); count != "" {
+		if out, err := runTandem(t, "stripe", "set", "--count", count, dir); err != nil {
+			t.Fatalf("stripe set: %v\n%s", err, out)
+		}
+	}
 	c.KillProcess("storage2")
 	waitFailover(t, c, 20*time.Second)
 	_, versions := chainStatus(t, c)
