@@ -12,6 +12,10 @@
 //	chunks/<hh>/<ino>/<idx>          chunk data, hh = ino%256 as two hex digits
 //	chunks/<hh>/<ino>/<idx>.sum      checksum sidecar of that chunk
 //
+// A new target marks chunks/ FS_TOPDIR_FL (chattr +T) so that ext4 spreads
+// the bucket directories over its block groups (spread.go); the format does
+// not depend on it.
+//
 // target.json is written once when the directory is first opened (a random
 // UUID) and rewritten atomically when the metadata service assigns the target
 // an ID, so that a restarted server can serve before it re-registers.
