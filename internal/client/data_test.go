@@ -104,21 +104,51 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 	}
 }
 
-func TestAReadLateByMoreThanTheSlackKeepsRunningReadahead(t *testing.T) {
+func TestAReadOutOfOrderByMoreThanTheSlackKeepsRunningReadahead(t *testing.T) {
 	const mib = 1 << 20
 	late := uint64(2 * mib)
 	front := late + raSlack + mib // a request sent later was served first
 	var ra readahead
 	ra.nextOff = front
-	if ra.behindInWindow(late) {
+	if ra.inWindow(late) {
 		t.Fatal("before readahead runs, a read behind the front counts as sequential")
 	}
 	ra.blocks = map[uint64]*raBlock{}
-	if near(late, front, raSlack) || !ra.behindInWindow(late) {
+	if near(late, front, raSlack) || !ra.inWindow(late) {
 		t.Fatal("a read late by more than the slack, within the window, does not count as sequential")
 	}
-	if ra.behindInWindow(front - raWindowSize - 1) {
-		t.Fatal("a read behind the whole window counts as sequential")
+	early := front + raSlack + mib // served before the requests sent earlier
+	if near(early, front, raSlack) || !ra.inWindow(early) {
+		t.Fatal("a read early by more than the slack, within the window, does not count as sequential")
+	}
+	if ra.inWindow(front-raWindowSize-1) || ra.inWindow(front+raWindowSize+1) {
+		t.Fatal("a read beyond the window counts as sequential")
+	}
+}
+
+func TestReadaheadKeepsTheChunksAWindowBehindTheFront(t *testing.T) {
+	const cs = 1 << 20
+	ra := readahead{nextOff: 20 * cs, blocks: map[uint64]*raBlock{}}
+	for idx := uint64(0); idx < 24; idx++ {
+		mem := getChunkBuf(cs)
+		b := &raBlock{done: make(chan struct{}), data: (*mem)[:cs], mem: mem}
+		b.refs.Store(1) // the window's
+		ra.blocks[idx] = b
+	}
+	ra.dropBehind(cs)
+	// Chunk 11 ends 8 MiB (the window) behind the front: a straggler may
+	// still ask for it. Chunk 10 ends further back.
+	for idx := uint64(0); idx < 24; idx++ {
+		_, kept := ra.blocks[idx]
+		if want := (idx+1)*cs+raWindowSize >= ra.nextOff; kept != want {
+			t.Errorf("chunk %d kept %v, want %v", idx, kept, want)
+		}
+	}
+	if _, ok := ra.blocks[11]; !ok {
+		t.Error("the chunk a window behind the front was dropped")
+	}
+	if _, ok := ra.blocks[10]; ok {
+		t.Error("a chunk more than a window behind the front was kept")
 	}
 }
 
