@@ -23,6 +23,13 @@ const (
 // count as sequential.
 const raSlack = 2 << 20
 
+// raKeepBehind is how far behind the reader's front a fetched chunk may end
+// and still be kept for requests served late: the kernel's readahead
+// requests, served out of order over FUSE-over-io_uring, came up to 3 MiB
+// behind it. Together with the window ahead it bounds a sequential
+// reader's readahead memory to about 12 MiB plus a chunk.
+const raKeepBehind = 4 << 20
+
 func near(a, b, slack uint64) bool {
 	if a > b {
 		return a-b <= slack
@@ -143,13 +150,13 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 }
 
 // dropBehind lets go of the chunks no straggler will ask for any more:
-// those ending more than a window behind the reader's front (under ra.mu).
-// Keeping only one chunk behind each request's own made fio's sequential
-// read over the ring fetch 12-14 % of the file twice: a request served
-// late, 3-4 MiB behind the front, found its chunk gone.
+// those ending more than raKeepBehind behind the reader's front (under
+// ra.mu). Keeping only one chunk behind each request's own made fio's
+// sequential read over the ring fetch 12-14 % of the file twice: a request
+// served late, 3-4 MiB behind the front, found its chunk gone.
 func (ra *readahead) dropBehind(cs uint64) {
 	for idx, b := range ra.blocks {
-		if (idx+1)*cs+raWindowSize < ra.nextOff {
+		if (idx+1)*cs+raKeepBehind < ra.nextOff {
 			delete(ra.blocks, idx)
 			b.release()
 		}
