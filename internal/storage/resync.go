@@ -39,6 +39,7 @@ const resyncPiece = 1 << 20
 type resyncJob struct {
 	mu       sync.Mutex
 	progress proto.ResyncProgress
+	durable  time.Duration // spent waiting for the member to make copies durable
 }
 
 // resyncs tracks the resyncs this server runs as a head.
@@ -127,8 +128,11 @@ func (s *Service) startResyncs(c proto.Chain) {
 			s.resyncs.done[key] = c.Version
 			s.resyncs.mu.Unlock()
 			p := job.snapshot()
-			s.logf("storage: resync of target %d in chain %d done in %v: %d chunks examined, %d copied (%d bytes)",
-				m, c.ID, time.Since(start).Round(time.Millisecond), p.Chunks, p.Copied, p.Bytes)
+			job.mu.Lock()
+			durable := job.durable
+			job.mu.Unlock()
+			s.logf("storage: resync of target %d in chain %d done in %v: %d chunks examined, %d copied (%d bytes); %v of it making the copies durable",
+				m, c.ID, time.Since(start).Round(time.Millisecond), p.Chunks, p.Copied, p.Bytes, durable.Round(time.Millisecond))
 		}()
 	}
 }
@@ -385,7 +389,11 @@ func (r *resyncRun) syncer(toSync <-chan chunkKey) error {
 	n := 0
 	flush := func() {
 		if n > 0 && firstErr == nil {
+			t0 := time.Now()
 			firstErr = r.syncMember(batch)
+			r.job.mu.Lock()
+			r.job.durable += time.Since(t0)
+			r.job.mu.Unlock()
 		}
 		clear(batch)
 		n = 0

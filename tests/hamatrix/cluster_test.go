@@ -526,26 +526,31 @@ func (c *cluster) waitAllReplicas() {
 
 // The lines a chain head logs when a resync is done or stops early.
 var (
-	resyncDoneRE    = regexp.MustCompile(`resync of target \d+ in chain \d+ done in (\S+): \d+ chunks examined, (\d+) copied \((\d+) bytes\)`)
+	resyncDoneRE    = regexp.MustCompile(`resync of target \d+ in chain \d+ done in (\S+): \d+ chunks examined, (\d+) copied \((\d+) bytes\)(?:; (\S+) of it making the copies durable)?`)
 	resyncStoppedRE = regexp.MustCompile(`resync of target \d+ in chain \d+ stopped: `)
 )
 
 // resyncsDone sums up, from the storage servers' logs, the chunks and
 // bytes that finished resyncs copied and the longest time one took on its
-// head (they run in parallel), and counts resyncs that stopped before the
-// end (and were started again).
-func (c *cluster) resyncsDone() (chunks, bytes int64, longest time.Duration, stopped int) {
+// head (they run in parallel), with the part of that time the longest
+// spent waiting for its member to make the copies durable, and counts
+// resyncs that stopped before the end (and were started again).
+func (c *cluster) resyncsDone() (chunks, bytes int64, longest, durable time.Duration, stopped int) {
 	for _, h := range storageHosts {
 		data, _ := os.ReadFile(c.logPath("storage", h))
 		for _, m := range resyncDoneRE.FindAllSubmatch(data, -1) {
 			d, _ := time.ParseDuration(string(m[1]))
 			n, _ := strconv.ParseInt(string(m[2]), 10, 64)
 			b, _ := strconv.ParseInt(string(m[3]), 10, 64)
-			chunks, bytes, longest = chunks+n, bytes+b, max(longest, d)
+			chunks, bytes = chunks+n, bytes+b
+			if d >= longest {
+				longest = d
+				durable, _ = time.ParseDuration(string(m[4]))
+			}
 		}
 		stopped += len(resyncStoppedRE.FindAllIndex(data, -1))
 	}
-	return chunks, bytes, longest, stopped
+	return chunks, bytes, longest, durable, stopped
 }
 
 // statusFrom runs `tandem status --json` against the replicas in addrs

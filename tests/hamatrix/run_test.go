@@ -321,8 +321,9 @@ func (r *run) waitRecovered() {
 	}
 	r.res.resync = st.at.Sub(r.healed)
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
-	if n, bytes, took, stopped := r.c.resyncsDone(); n > 0 {
-		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s)", n, bytes>>20, took.Seconds(), float64(bytes)/1e6/took.Seconds())
+	if n, bytes, took, durable, stopped := r.c.resyncsDone(); n > 0 {
+		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s; %.2f s of it making the copies durable)",
+			n, bytes>>20, took.Seconds(), float64(bytes)/1e6/took.Seconds(), durable.Seconds())
 		if stopped > 0 {
 			r.notef("%d resync runs stopped and restarted", stopped)
 		}
