@@ -116,12 +116,12 @@ func (s *Server) serveConn(c net.Conn) {
 		s.logf("refused connection from %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	var in []byte
+	var in, space []byte
 	out := make([]byte, 0, 64<<10)
 	r := bufio.NewReaderSize(c, 64<<10)
 	for {
 		var err error
-		in, err = readFrame(r, in)
+		in, space, err = readRequest(r, space)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.logf("connection from %s: %v", c.RemoteAddr(), err)

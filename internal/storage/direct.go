@@ -70,9 +70,19 @@ func (f *osFile) WriteDirect(b []byte, off int64) (int, error) {
 	if err != nil {
 		return f.File.WriteAt(b, off) // a file system without O_DIRECT
 	}
+	if aligned(b) {
+		// Straight from the request frame, which the rpc server laid
+		// out to end on a page boundary (rpc.readRequest).
+		return d.WriteAt(b, off)
+	}
 	buf := alignedBuf(len(b))
 	copy(buf, b)
 	n, err := d.WriteAt(buf, off)
 	putAlignedBuf(buf)
 	return n, err
+}
+
+// aligned reports whether b starts on an O_DIRECT boundary.
+func aligned(b []byte) bool {
+	return len(b) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%directAlign == 0
 }
