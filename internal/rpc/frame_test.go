@@ -52,7 +52,7 @@ func TestLargeRequestFramesEndOnAPageBoundary(t *testing.T) {
 
 // The data of a chunk write a whole number of pages long reaches the
 // storage server's handler page-aligned, ready for O_DIRECT.
-func TestAChunkWritesPageSizedDataArrivesPageAligned(t *testing.T) {
+func TestPageSizedChunkWriteDataArrivesPageAligned(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -71,17 +71,3 @@ func (OSFS) MarkTopDir(name string) error {
 	}
 	return nil
 }
-
-// TopDir reports whether the directory name carries FS_TOPDIR_FL.
-func TopDir(name string) (bool, error) {
-	d, err := os.Open(name)
-	if err != nil {
-		return false, err
-	}
-	defer d.Close()
-	flags, err := unix.IoctlGetUint32(int(d.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		return false, &os.PathError{Op: "get inode flags", Path: name, Err: err}
-	}
-	return flags&fsTopDirFlag != 0, nil
-}
