@@ -176,3 +176,46 @@ func TestChunkBuffersComeInPowerOfTwoClasses(t *testing.T) {
 		t.Fatalf("an unpooled size got capacity %d", cap(*p))
 	}
 }
+
+// Readahead that a reader leaves mostly unused stops: a reader whose jumps
+// stay within the window looks sequential, and readahead would otherwise
+// fetch the whole file for it.
+func TestReadaheadStopsForAReaderThatUsesLittleOfWhatItFetches(t *testing.T) {
+	var ra readahead
+	ra.fetched, ra.used = raCheckEvery-1, 0
+	if ra.wasteful() {
+		t.Fatal("judged before raCheckEvery bytes were fetched")
+	}
+	ra.fetched, ra.used = raCheckEvery, raCheckEvery*3/4 // a sequential reader lags a window behind
+	if ra.wasteful() {
+		t.Fatal("a reader using three quarters of what was fetched judged wasteful")
+	}
+	if ra.fetched != 0 || ra.used != 0 {
+		t.Fatal("the counts did not start again after a check")
+	}
+
+	// A strided reader 4 MiB apart, with readahead running.
+	const cs = 1 << 20
+	ra = readahead{nextOff: 64 * cs, streak: raTrigger + 3, blocks: map[uint64]*raBlock{}}
+	var blocks []*raBlock
+	for idx := uint64(64); idx < 72; idx++ {
+		mem := getChunkBuf(cs)
+		b := &raBlock{done: make(chan struct{}), data: (*mem)[:cs], mem: mem}
+		b.refs.Store(1) // the window's
+		ra.blocks[idx] = b
+		blocks = append(blocks, b)
+	}
+	ra.fetched, ra.used = raCheckEvery, 8*4096
+	in := layout(0) // no I/O: read only decides
+	if _, _, served, _ := ra.read(nil, in, 1<<30, 68*cs, make([]byte, 4096)); served {
+		t.Fatal("served from readahead")
+	}
+	if ra.streak != 0 || ra.blocks != nil {
+		t.Fatalf("readahead still runs (streak %d, %d chunks) for a reader that used %d of %d bytes", ra.streak, len(ra.blocks), 8*4096, raCheckEvery)
+	}
+	for i, b := range blocks {
+		if n := b.refs.Load(); n != 0 {
+			t.Fatalf("chunk %d still has %d references after readahead stopped", i, n)
+		}
+	}
+}

@@ -43,6 +43,9 @@ type readahead struct {
 	nextOff uint64 // where a sequential reader reads next
 	streak  int    // sequential reads in a row
 	blocks  map[uint64]*raBlock
+	// fetched and used count the bytes readahead fetched and the bytes
+	// it served since the last check (see wasteful).
+	fetched, used uint64
 }
 
 // raBlock is one chunk being fetched or fetched. Its memory comes from a
@@ -83,11 +86,12 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 	// over then cost fio reading with POSIX_FADV_SEQUENTIAL 30 % of its
 	// rate; requests 3 MiB ahead of the front still started it over
 	// about six times per GiB read, each time dropping the fetched window).
-	if near(off, ra.nextOff, raSlack) || ra.inWindow(off) {
+	seq := near(off, ra.nextOff, raSlack) || ra.inWindow(off)
+	if seq && !ra.wasteful() {
 		ra.streak++
 	} else {
 		ra.streak = 0
-		ra.blocks = nil
+		ra.dropAll()
 	}
 	ra.nextOff = max(ra.nextOff, off+uint64(len(buf)))
 	if ra.streak == 0 {
@@ -106,8 +110,10 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 	for idx := first; idx < first+ahead && idx*cs < size; idx++ {
 		if _, ok := ra.blocks[idx]; !ok {
 			ra.blocks[idx] = c.fetchChunk(in, idx, size)
+			ra.fetched += min(cs, size-idx*cs)
 		}
 	}
+	ra.used += uint64(len(buf))
 	var need []*raBlock
 	for idx := first; idx*cs < off+uint64(len(buf)); idx++ {
 		b := ra.blocks[idx]
@@ -161,6 +167,34 @@ func (ra *readahead) dropBehind(cs uint64) {
 			b.release()
 		}
 	}
+}
+
+// raCheckEvery is how many bytes readahead fetches between two checks
+// that the reader uses what is fetched for it.
+const raCheckEvery = 4 * raWindowSize
+
+// wasteful reports, once every raCheckEvery bytes fetched, whether the
+// reader used less than half of them, and starts counting again (under
+// ra.mu). A reader whose jumps stay within the window looks sequential
+// (a strided reader, say, that reads 4 KiB every 4 MiB), and readahead
+// would fetch every byte of the file for it; such a reader goes back to
+// reading directly, and its jumps do not start readahead again.
+func (ra *readahead) wasteful() bool {
+	if ra.fetched < raCheckEvery {
+		return false
+	}
+	w := ra.used < ra.fetched/2
+	ra.fetched, ra.used = 0, 0
+	return w
+}
+
+// dropAll lets go of every fetched chunk (under ra.mu).
+func (ra *readahead) dropAll() {
+	for _, b := range ra.blocks {
+		b.release()
+	}
+	ra.blocks = nil
+	ra.fetched, ra.used = 0, 0
 }
 
 // inWindow reports whether readahead runs and off lies within the window
