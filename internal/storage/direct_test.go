@@ -82,45 +82,39 @@ func TestWriteDirectUsesAnODirectDescriptor(t *testing.T) {
 // (without faults it must behave as the real one), and the scrub's cache
 // drop and the early writeback reach the real file through it too.
 func TestTheFaultInjectingFileSystemKeepsTheRealFilesCachingBehaviour(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-	}{{"os", nil}, {"faults", NewFaultFS(nil)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			tg := openTestTarget(t, Options{FS: tc.fs})
-			if err := tg.WriteBulk(5, 0, 0, pattern(5, 1<<20)); err != nil {
-				t.Fatal(err)
-			}
-			path := tg.dataPath(5, 0)
-			if n := residentPages(t, path); n != 0 {
-				t.Errorf("after a bulk write %d pages of %s are cached; want none (O_DIRECT)", n, path)
-			}
+	onEachFS(t, func(t *testing.T, tg *Target) {
+		if err := tg.WriteBulk(5, 0, 0, pattern(5, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		path := tg.dataPath(5, 0)
+		if n := residentPages(t, path); n != 0 {
+			t.Errorf("after a bulk write %d pages of %s are cached; want none (O_DIRECT)", n, path)
+		}
 
-			if err := tg.Write(6, 0, 0, pattern(6, 1<<20)); err != nil { // buffered
-				t.Fatal(err)
+		if err := tg.Write(6, 0, 0, pattern(6, 1<<20)); err != nil { // buffered
+			t.Fatal(err)
+		}
+		path = tg.dataPath(6, 0)
+		if n := residentPages(t, path); n == 0 {
+			t.Fatalf("a buffered write left no pages of %s cached", path)
+		}
+		err := tg.withChunk(chunkKey{6, 0}, false, true, func(ch *chunk) error {
+			if _, ok := ch.data.(writebackStarter); !ok {
+				t.Errorf("the data file (%T) cannot start its writeback early", ch.data)
 			}
-			path = tg.dataPath(6, 0)
-			if n := residentPages(t, path); n == 0 {
-				t.Fatalf("a buffered write left no pages of %s cached", path)
+			if err := ch.data.Sync(); err != nil {
+				return err
 			}
-			err := tg.withChunk(chunkKey{6, 0}, false, true, func(ch *chunk) error {
-				if _, ok := ch.data.(writebackStarter); !ok {
-					t.Errorf("the data file (%T) cannot start its writeback early", ch.data)
-				}
-				if err := ch.data.Sync(); err != nil {
-					return err
-				}
-				dropCache(ch.data)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := residentPages(t, path); n != 0 {
-				t.Errorf("after dropping the cache %d pages of %s are still cached", n, path)
-			}
+			dropCache(ch.data)
+			return nil
 		})
-	}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := residentPages(t, path); n != 0 {
+			t.Errorf("after dropping the cache %d pages of %s are still cached", n, path)
+		}
+	})
 }
 
 // residentPages counts the pages of the file at path in the page cache.

@@ -25,6 +25,19 @@ func openTargetAt(t testing.TB, dir string, opts Options) *Target {
 	return tg
 }
 
+// onEachFS runs test, as subtests, on a fresh target over the real file
+// system and on one over the fault-injecting file system without faults,
+// which the failure tests run storage servers on and which must then
+// behave as the real one.
+func onEachFS(t *testing.T, test func(t *testing.T, tg *Target)) {
+	for _, tc := range []struct {
+		name string
+		fs   FS
+	}{{"os", nil}, {"faults", NewFaultFS(nil)}} {
+		t.Run(tc.name, func(t *testing.T) { test(t, openTestTarget(t, Options{FS: tc.fs})) })
+	}
+}
+
 // pattern returns n reproducible pseudo-random bytes for seed.
 func pattern(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))

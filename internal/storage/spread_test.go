@@ -15,27 +15,21 @@ import (
 // tests use; where the file system has no such flag the target opens all
 // the same.
 func TestANewTargetMarksItsChunksDirectoryAsATopDirectory(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fs   FS
-	}{{"os", nil}, {"faults", NewFaultFS(nil)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			tg := openTestTarget(t, Options{FS: tc.fs})
-			chunks := filepath.Join(tg.Dir(), "chunks")
-			top, err := isTopDir(chunks)
-			if unsupported(err) {
-				t.Skipf("the file system under %s has no inode flags: %v", chunks, err)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !top {
-				t.Errorf("%s lacks FS_TOPDIR_FL", chunks)
-			}
-			mustWrite(t, tg, 7, 0, 0, pattern(1, 8192))
-			assertSame(t, "chunk", readAll(t, tg, 7, 0, 8192), pattern(1, 8192))
-		})
-	}
+	onEachFS(t, func(t *testing.T, tg *Target) {
+		chunks := filepath.Join(tg.Dir(), "chunks")
+		top, err := isTopDir(chunks)
+		if unsupported(err) {
+			t.Skipf("the file system under %s has no inode flags: %v", chunks, err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !top {
+			t.Errorf("%s lacks FS_TOPDIR_FL", chunks)
+		}
+		mustWrite(t, tg, 7, 0, 0, pattern(1, 8192))
+		assertSame(t, "chunk", readAll(t, tg, 7, 0, 8192), pattern(1, 8192))
+	})
 }
 
 func unsupported(err error) bool {
