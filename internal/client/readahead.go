@@ -222,13 +222,9 @@ func (c *Client) fetchChunk(in *proto.Inode, idx, size uint64) *raBlock {
 // invalidate drops fetched data (after a write or truncate, or an error).
 func (ra *readahead) invalidate() {
 	ra.mu.Lock()
-	blocks := ra.blocks
-	ra.blocks = nil
+	defer ra.mu.Unlock()
+	ra.dropAll()
 	ra.streak = 0
-	ra.mu.Unlock()
-	for _, b := range blocks {
-		b.release()
-	}
 }
 
 // chunkBufs pools readahead memory by size class (powers of two up to
