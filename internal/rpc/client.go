@@ -49,6 +49,37 @@ type conn struct {
 	buf []byte
 	// unwatch ends the watch of the current call's context (see watch).
 	unwatch func() bool
+	// idleSince is when the connection went back into the pool.
+	idleSince time.Time
+}
+
+// staleCheckAfter is how long a connection must have been idle for get to
+// check, before using it, that the server has not closed it. A server
+// that restarted closed every connection of its previous life; without
+// the check each call that took one of those from the pool failed, and
+// several calls at once (a resync lists the member's buckets eight at a
+// time) failed together. The check is one non-blocking recv(2), which
+// calls following each other closely skip.
+const staleCheckAfter = 20 * time.Millisecond
+
+// peerClosed reports whether the server closed the connection (or sent
+// something no request asked for, which breaks it as well): a peek at the
+// socket that does not wait.
+func (cn *conn) peerClosed() bool {
+	if cn.r.Buffered() > 0 {
+		return true
+	}
+	if cn.raw == nil {
+		return false
+	}
+	closed := false
+	var b [1]byte
+	err := cn.raw.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		closed = err != unix.EAGAIN && err != unix.EINTR // EOF, data, or an error
+		return true
+	})
+	return closed || err != nil
 }
 
 // NewClient returns a client for addr.
@@ -62,11 +93,15 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		c.mu.Unlock()
 		return nil, &NetError{c.Addr, net.ErrClosed}
 	}
-	if n := len(c.idle); n > 0 {
+	for n := len(c.idle); n > 0; n = len(c.idle) {
 		cn := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
-		return cn, nil
+		if time.Since(cn.idleSince) < staleCheckAfter || !cn.peerClosed() {
+			return cn, nil
+		}
+		cn.Close()
+		c.mu.Lock()
 	}
 	c.mu.Unlock()
 	dt := c.DialTimeout
@@ -138,6 +173,7 @@ func (c *Client) put(cn *conn) {
 	if cap(cn.buf) > 8<<20 {
 		cn.buf = make([]byte, 0, 64<<10)
 	}
+	cn.idleSince = time.Now()
 	c.mu.Lock()
 	if !c.closed && len(c.idle) < max {
 		c.idle = append(c.idle, cn)
@@ -228,18 +264,31 @@ func (c *Client) CallData(op uint16, enc func(*wire.Enc), data []byte, dec func(
 type frameBytes struct{ sent, received int }
 
 func (c *Client) callData(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error) error {
+	return c.callBody(ctx, op, enc, body{data: data}, dec)
+}
+
+// CallFile is CallData with the data taken from the file src: count bytes
+// at offset off, which go from the page cache to the socket with
+// sendfile(2), never copied into this process. On the wire the request is
+// the same as CallData's. A file shorter than off+count fails the call
+// (and its connection).
+func (c *Client) CallFile(op uint16, enc func(*wire.Enc), src int, off int64, count int, dec func(*wire.Dec) error) error {
+	return c.callBody(nil, op, enc, body{file: &fileRange{fd: src, off: off, n: count}}, dec)
+}
+
+func (c *Client) callBody(ctx context.Context, op uint16, enc func(*wire.Enc), b body, dec func(*wire.Dec) error) error {
 	if c.Observer == nil {
-		return c.doCallData(ctx, op, enc, data, dec, &frameBytes{})
+		return c.doCallData(ctx, op, enc, b, dec, &frameBytes{})
 	}
 	var n frameBytes
 	start := time.Now()
-	err := c.doCallData(ctx, op, enc, data, dec, &n)
+	err := c.doCallData(ctx, op, enc, b, dec, &n)
 	c.Observer.Observe(op, start, n.sent, n.received, err != nil)
 	return err
 }
 
-func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, dec func(*wire.Dec) error, n *frameBytes) error {
-	cn, err := c.send(ctx, op, enc, data, n)
+func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc), b body, dec func(*wire.Dec) error, n *frameBytes) error {
+	cn, err := c.send(ctx, op, enc, b, n)
 	if err != nil {
 		return err
 	}
@@ -277,8 +326,8 @@ func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc),
 }
 
 // send takes a connection and writes one request on it: op, what enc
-// writes, then data. On error the connection is already dealt with.
-func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data []byte, n *frameBytes) (*conn, error) {
+// writes, then the body. On error the connection is already dealt with.
+func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), b body, n *frameBytes) (*conn, error) {
 	if ctx != nil && ctx.Err() != nil {
 		return nil, c.ctxErr(ctx, ctx.Err())
 	}
@@ -297,16 +346,21 @@ func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), data 
 		enc(e)
 	}
 	cn.buf = e.B
-	if err := frameEndWith(e.B, len(data)); err != nil {
+	if err := frameEndWith(e.B, b.len()); err != nil {
 		cn.unwatch()
 		c.put(cn)
 		return nil, &Error{Errno: syscall.EINVAL, Msg: err.Error()}
 	}
-	n.sent = len(e.B) + len(data)
-	if len(data) == 0 {
+	n.sent = len(e.B) + b.len()
+	switch {
+	case b.file != nil:
+		if _, err = cn.Write(e.B); err == nil {
+			err = cn.sendFile(b.file)
+		}
+	case len(b.data) == 0:
 		_, err = cn.Write(e.B)
-	} else {
-		bufs := net.Buffers{e.B, data}
+	default:
+		bufs := net.Buffers{e.B, b.data}
 		_, err = bufs.WriteTo(cn.Conn)
 	}
 	if err != nil {
@@ -340,7 +394,7 @@ func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), d
 }
 
 func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte, fb *frameBytes) (int, error) {
-	cn, err := c.send(ctx, op, enc, nil, fb)
+	cn, err := c.send(ctx, op, enc, body{}, fb)
 	if err != nil {
 		return 0, err
 	}
