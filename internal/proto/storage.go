@@ -70,13 +70,22 @@ type ChunkWriteReq struct {
 	// Bulk marks a copy of whole chunks (a resync): the target may write
 	// it past its page cache (O_DIRECT), since no one reads it soon.
 	Bulk bool
+	// Sums, if set, are the sender's checksum entries of the blocks Data
+	// covers (8 bytes each, storage's sidecar format; Off a block
+	// boundary): the target refuses data that matches none of them. A
+	// resync sends them with chunk data it did not read itself.
+	Sums []byte
 }
+
+// MaxSums bounds ChunkWriteReq.Sums: an entry for every block of MaxData.
+const MaxSums = MaxData / 4096 * 8
 
 // Flags of a ChunkWriteReq on the wire (one byte; a plain Sync bool
 // before Bulk existed).
 const (
 	writeSync uint8 = 1 << iota
 	writeBulk
+	writeSums // Sums (wire bytes) follow the flags
 )
 
 // Encode writes the request; the data comes last so that senders can
@@ -88,7 +97,11 @@ func (r *ChunkWriteReq) Encode(e *wire.Enc) {
 
 // EncodeHead writes every field but the data's bytes: what remains to be
 // sent after it is exactly r.Data.
-func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
+func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) { r.EncodeHeadLen(e, len(r.Data)) }
+
+// EncodeHeadLen is EncodeHead for n bytes of data that the sender takes
+// from elsewhere than r.Data (a file it sends with sendfile).
+func (r *ChunkWriteReq) EncodeHeadLen(e *wire.Enc, n int) {
 	r.Chunk.Encode(e)
 	e.U32(r.Off)
 	var flags uint8
@@ -98,18 +111,27 @@ func (r *ChunkWriteReq) EncodeHead(e *wire.Enc) {
 	if r.Bulk {
 		flags |= writeBulk
 	}
+	if r.Sums != nil {
+		flags |= writeSums
+	}
 	e.U8(flags)
-	e.U32(uint32(len(r.Data)))
+	if r.Sums != nil {
+		e.Bytes(r.Sums)
+	}
+	e.U32(uint32(n))
 }
 
 func (r *ChunkWriteReq) Decode(d *wire.Dec) {
 	r.Chunk.Decode(d)
 	r.Off = d.U32()
 	flags := d.U8()
-	if flags&^(writeSync|writeBulk) != 0 {
+	if flags&^(writeSync|writeBulk|writeSums) != 0 {
 		d.Fail(fmt.Errorf("chunk write: unknown flags %#x", flags))
 	}
 	r.Sync, r.Bulk = flags&writeSync != 0, flags&writeBulk != 0
+	if flags&writeSums != 0 {
+		r.Sums = d.Bytes(MaxSums)
+	}
 	r.Data = d.Bytes(MaxData)
 }
 

@@ -255,6 +255,18 @@ func (f *faultFile) WriteDirect(p []byte, off int64) (int, error) {
 	return f.WriteAt(p, off)
 }
 
+// SendFrom lets the file underneath send its bytes (sendfile.go), with
+// the faults of a read, since the kernel reads them from the disk.
+func (f *faultFile) SendFrom(send func(fd int) error) error {
+	if err := f.fs.err(OpRead, f.name); err != nil {
+		return err
+	}
+	if s, ok := f.File.(fileSender); ok {
+		return s.SendFrom(send)
+	}
+	return errNoSendfile
+}
+
 // StartWriteback passes the hint on (writeback.go); it makes nothing
 // durable, so it takes no faults.
 func (f *faultFile) StartWriteback() error {

@@ -120,7 +120,12 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {
 			write := st.Write
-			if r.Bulk {
+			switch {
+			case r.Sums != nil:
+				write = func(ino, idx uint64, off int64, p []byte) error {
+					return st.WriteChecked(ino, idx, off, p, r.Sums, r.Bulk)
+				}
+			case r.Bulk:
 				write = st.WriteBulk
 			}
 			if err := write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {

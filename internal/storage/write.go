@@ -11,16 +11,29 @@ import (
 // if needed. On error the chunk still reads back as before the write or,
 // block by block, as after it.
 func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
-	return t.write(ino, idx, off, p, false)
+	return t.write(ino, idx, off, p, nil, false)
 }
 
 // WriteBulk is Write for copies of whole chunks (a resync): large aligned
 // pieces go to the disk with O_DIRECT (direct.go).
 func (t *Target) WriteBulk(ino, idx uint64, off int64, p []byte) error {
-	return t.write(ino, idx, off, p, true)
+	return t.write(ino, idx, off, p, nil, true)
 }
 
-func (t *Target) write(ino, idx uint64, off int64, p []byte, bulk bool) error {
+// WriteChecked is Write (or WriteBulk, if bulk) of data that comes with
+// its sender's checksum entries, sums (one per block of p, off a block
+// boundary; the last block may be short, as at the end of a chunk): a
+// block of p that matches neither checksum of its entry fails the write
+// with a *ChecksumError before anything is written.
+func (t *Target) WriteChecked(ino, idx uint64, off int64, p, sums []byte, bulk bool) error {
+	if off&blockMask != 0 || len(sums) != int(blocksIn(int64(len(p))))*entrySize {
+		return fmt.Errorf("write of %d bytes at offset %d with %d bytes of checksums: they must start at a block and have an entry per block: %w",
+			len(p), off, len(sums), syscall.EINVAL)
+	}
+	return t.write(ino, idx, off, p, sums, bulk)
+}
+
+func (t *Target) write(ino, idx uint64, off int64, p, sums []byte, bulk bool) error {
 	if off < 0 || off+int64(len(p)) > MaxChunkSize {
 		return fmt.Errorf("write of %d bytes at offset %d: beyond the %d-byte chunk limit: %w", len(p), off, int64(MaxChunkSize), syscall.EFBIG)
 	}
@@ -28,7 +41,7 @@ func (t *Target) write(ino, idx uint64, off int64, p []byte, bulk bool) error {
 		return nil
 	}
 	k := chunkKey{ino, idx}
-	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p, bulk) })
+	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p, sums, bulk) })
 	return t.chunkErr("write", k, err)
 }
 
@@ -41,8 +54,10 @@ func (t *Target) chunkErr(op string, k chunkKey, err error) error {
 
 // writeLocked writes p at off: the affected sidecar entries first, then the
 // data as whole blocks (the boundary blocks merged with their verified old
-// contents), so that an interruption leaves every block old or new.
-func (t *Target) writeLocked(ch *chunk, off int64, p []byte, bulk bool) error {
+// contents), so that an interruption leaves every block old or new. With
+// sums (see WriteChecked) each block of p is checked against its entry
+// there before anything is written.
+func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, bulk bool) error {
 	oldSize := ch.size
 	end := off + int64(len(p))
 	bs := off &^ blockMask
@@ -113,7 +128,20 @@ func (t *Target) writeLocked(ch *chunk, off int64, p []byte, bulk bool) error {
 		case b < oldBlocks:
 			prev = getEntry(ents, i).contentCRC()
 		}
-		putEntry(ents, i, entry{prev, rangeCRC(buf, ws, we, b*BlockSize)})
+		c := rangeCRC(buf, ws, we, b*BlockSize)
+		if sums != nil {
+			// Checked against p's own bytes: the checksum of the block
+			// written covers old bytes past p's end where they are kept.
+			sc := c
+			pb := p[i*BlockSize : min((i+1)*BlockSize, len(p))]
+			if i == nb-1 && tailOld {
+				sc = blockCRC(pb)
+			}
+			if e := getEntry(sums, i); !e.check(sc, pb) {
+				return t.mismatch(ch, b*BlockSize, sc, e)
+			}
+		}
+		putEntry(ents, i, entry{prev, c})
 	}
 
 	// Entries past the old last block may be left over from a crash or a
@@ -165,6 +193,16 @@ func (t *Target) corrupt(ch *chunk, off int64, got uint32, e entry) error {
 	err := &ChecksumError{Target: t.dir, Ino: ch.key.ino, Index: ch.key.idx, Off: off, Got: got, Want: e}
 	checksumErrors.Inc()
 	t.logf("storage: %v", err)
+	return err
+}
+
+// mismatch reports a block whose new contents match neither checksum the
+// sender gave for them: damaged on the sender's disk or on the way.
+func (t *Target) mismatch(ch *chunk, off int64, got uint32, e entry) error {
+	checksumErrors.Inc()
+	err := fmt.Errorf("the data sent for chunk %d/%d block at %d does not match the sender's checksums (crc %#08x, sender's %#08x/%#08x): %w",
+		ch.key.ino, ch.key.idx, off, got, e.prev, e.cur, syscall.EIO)
+	t.logf("storage: target %s: %v", t.dir, err)
 	return err
 }
 
