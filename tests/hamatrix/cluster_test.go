@@ -93,7 +93,7 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	// Cleanups run last-registered first: unmount, close the lab (which
 	// kills every process in it), then delete or keep the directory.
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("HA_MATRIX_KEEP") != "" {
 			t.Logf("cluster data and logs kept in %s", dir)
 			return
 		}
@@ -526,31 +526,38 @@ func (c *cluster) waitAllReplicas() {
 
 // The lines a chain head logs when a resync is done or stops early.
 var (
-	resyncDoneRE    = regexp.MustCompile(`resync of target \d+ in chain \d+ done in (\S+): \d+ chunks examined, (\d+) copied \((\d+) bytes\)(?:; (\S+) of it making the copies durable)?`)
+	resyncDoneRE    = regexp.MustCompile(`resync of target \d+ in chain \d+ done in (\S+): \d+ chunks examined, (\d+) copied \((\d+) bytes\)(?:; (\S+) of it making the copies durable)?(?:, (\S+) waiting for bucket listings)?`)
 	resyncStoppedRE = regexp.MustCompile(`resync of target \d+ in chain \d+ stopped: `)
 )
 
-// resyncsDone sums up, from the storage servers' logs, the chunks and
-// bytes that finished resyncs copied and the longest time one took on its
-// head (they run in parallel), with the part of that time the longest
-// spent waiting for its member to make the copies durable, and counts
-// resyncs that stopped before the end (and were started again).
-func (c *cluster) resyncsDone() (chunks, bytes int64, longest, durable time.Duration, stopped int) {
+// resyncTotals sums up the resyncs of a scenario from the heads' logs.
+type resyncTotals struct {
+	chunks, bytes int64         // copied by the finished resyncs
+	longest       time.Duration // the longest one on its head (they run in parallel)
+	durable       time.Duration // of it, waiting for the member to make copies durable
+	listWait      time.Duration // of it, waiting for bucket listings
+	stopped       int           // resyncs that stopped before the end (and started again)
+}
+
+// resyncsDone reads the resync totals from the storage servers' logs.
+func (c *cluster) resyncsDone() resyncTotals {
+	var t resyncTotals
 	for _, h := range storageHosts {
 		data, _ := os.ReadFile(c.logPath("storage", h))
 		for _, m := range resyncDoneRE.FindAllSubmatch(data, -1) {
 			d, _ := time.ParseDuration(string(m[1]))
 			n, _ := strconv.ParseInt(string(m[2]), 10, 64)
 			b, _ := strconv.ParseInt(string(m[3]), 10, 64)
-			chunks, bytes = chunks+n, bytes+b
-			if d >= longest {
-				longest = d
-				durable, _ = time.ParseDuration(string(m[4]))
+			t.chunks, t.bytes = t.chunks+n, t.bytes+b
+			if d >= t.longest {
+				t.longest = d
+				t.durable, _ = time.ParseDuration(string(m[4]))
+				t.listWait, _ = time.ParseDuration(string(m[5]))
 			}
 		}
-		stopped += len(resyncStoppedRE.FindAllIndex(data, -1))
+		t.stopped += len(resyncStoppedRE.FindAllIndex(data, -1))
 	}
-	return chunks, bytes, longest, durable, stopped
+	return t
 }
 
 // statusFrom runs `tandem status --json` against the replicas in addrs

@@ -27,7 +27,8 @@
 // HA_MATRIX_REPORT=FILE writes the results as a markdown table (a relative
 // FILE is taken from the repository root). Needs root, /dev/fuse, ip and
 // nsenter; skipped otherwise, and under -short. A failed scenario keeps
-// its directory (data, logs of every process) and says where.
+// its directory (data, logs of every process) and says where;
+// HA_MATRIX_KEEP=1 keeps every scenario's.
 package hamatrix
 
 import (

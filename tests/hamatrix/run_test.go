@@ -72,8 +72,9 @@ type result struct {
 }
 
 // runScenario brings up a cluster and starts the load, lets the scenario
-// inject and heal its failure, waits for the cluster to recover, and
-// checks every copy of the data.
+// inject and heal its failure, waits for the cluster to recover while the
+// load goes on (so that a resync is always measured with clients
+// working), stops the load and checks every copy of the data.
 func runScenario(t *testing.T, sc scenario, res *result) {
 	res.detect, res.resync = -1, -1
 	r := startRun(t, sc, res)
@@ -82,9 +83,9 @@ func runScenario(t *testing.T, sc scenario, res *result) {
 	if r.injected.IsZero() || r.healed.IsZero() {
 		t.Fatalf("scenario %d did not inject and heal its failure", sc.num)
 	}
-	r.stopLoad()
 	r.measureFailover()
 	r.waitRecovered()
+	r.stopLoad()
 	r.measureStalls()
 	r.checkData()
 }
@@ -114,12 +115,12 @@ func startRun(t *testing.T, sc scenario, res *result) *run {
 	return r
 }
 
-// stopLoad starts no new copy after the heal and lets the copies in
-// flight finish (while the failed server resyncs).
+// stopLoad starts no new copy once the cluster has recovered and lets the
+// copies in flight finish.
 func (r *run) stopLoad() {
 	r.t.Helper()
 	if !r.load.stop(loadTimeout) {
-		r.t.Errorf("the load did not finish within %v of the heal", loadTimeout)
+		r.t.Errorf("the load did not finish within %v of the recovery", loadTimeout)
 	}
 	copies, errs, longest := r.load.result()
 	for _, err := range errs {
@@ -321,11 +322,11 @@ func (r *run) waitRecovered() {
 	}
 	r.res.resync = st.at.Sub(r.healed)
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
-	if n, bytes, took, durable, stopped := r.c.resyncsDone(); n > 0 {
-		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s; %.2f s of it making the copies durable)",
-			n, bytes>>20, took.Seconds(), float64(bytes)/1e6/took.Seconds(), durable.Seconds())
-		if stopped > 0 {
-			r.notef("%d resync runs stopped and restarted", stopped)
+	if t := r.c.resyncsDone(); t.chunks > 0 {
+		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s; %.2f s of it making the copies durable, %.2f s waiting for bucket listings)",
+			t.chunks, t.bytes>>20, t.longest.Seconds(), float64(t.bytes)/1e6/t.longest.Seconds(), t.durable.Seconds(), t.listWait.Seconds())
+		if t.stopped > 0 {
+			r.notef("%d resync runs stopped and restarted", t.stopped)
 		}
 	}
 	r.c.waitAllReplicas()
