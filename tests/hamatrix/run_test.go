@@ -322,7 +322,7 @@ func (r *run) waitRecovered() {
 	}
 	r.res.resync = st.at.Sub(r.healed)
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
-	if t := r.c.resyncsDone(); t.chunks > 0 {
+	if t := r.settledResyncs(); t.chunks > 0 {
 		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s; %.2f s of it making the copies durable, %.2f s waiting for bucket listings)",
 			t.chunks, t.bytes>>20, t.longest.Seconds(), float64(t.bytes)/1e6/t.longest.Seconds(), t.durable.Seconds(), t.listWait.Seconds())
 		if t.stopped > 0 {
@@ -330,6 +330,23 @@ func (r *run) waitRecovered() {
 		}
 	}
 	r.c.waitAllReplicas()
+}
+
+// settledResyncs reads the resync totals once the heads' logs stop
+// growing: a head logs a finished resync after the metadata leader
+// answered its report, so the status can show every member serving a
+// moment before the line is written.
+func (r *run) settledResyncs() resyncTotals {
+	t := r.c.resyncsDone()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		again := r.c.resyncsDone()
+		if again == t && t.chunks > 0 {
+			break
+		}
+		t = again
+	}
+	return t
 }
 
 // checkTwoCopies checks with `tandem stripe get --json` that a file has
