@@ -324,9 +324,6 @@ func TestServerDyingInHandshakeIsANetError(t *testing.T) {
 	}
 }
 
-// After a server restarts, its old idle connections are dead: the first
-// failure drops them all, so the next call reaches the new server instead
-// of failing once per stale connection.
 // A server that restarted closed the connections of its previous life;
 // calls after the restart, even several at once, notice that before they
 // use one and dial afresh, so none fails.

@@ -119,16 +119,16 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 	}
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {
-			write := st.Write
-			switch {
+			var err error
+			switch off := int64(r.Off); {
 			case r.Sums != nil:
-				write = func(ino, idx uint64, off int64, p []byte) error {
-					return st.WriteChecked(ino, idx, off, p, r.Sums, r.Bulk)
-				}
+				err = st.WriteChecked(ref.Ino, ref.Index, off, r.Data, r.Sums, r.Bulk)
 			case r.Bulk:
-				write = st.WriteBulk
+				err = st.WriteBulk(ref.Ino, ref.Index, off, r.Data)
+			default:
+				err = st.Write(ref.Ino, ref.Index, off, r.Data)
 			}
-			if err := write(ref.Ino, ref.Index, int64(r.Off), r.Data); err != nil {
+			if err != nil {
 				return err
 			}
 			if r.Sync {

@@ -24,7 +24,7 @@ func (t *Target) WriteBulk(ino, idx uint64, off int64, p []byte) error {
 // its sender's checksum entries, sums (one per block of p, off a block
 // boundary; the last block may be short, as at the end of a chunk): a
 // block of p that matches neither checksum of its entry fails the write
-// with a *ChecksumError before anything is written.
+// with EIO before anything is written.
 func (t *Target) WriteChecked(ino, idx uint64, off int64, p, sums []byte, bulk bool) error {
 	if off&blockMask != 0 || len(sums) != int(blocksIn(int64(len(p))))*entrySize {
 		return fmt.Errorf("write of %d bytes at offset %d with %d bytes of checksums: they must start at a block and have an entry per block: %w",
