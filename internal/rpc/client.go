@@ -40,6 +40,8 @@ type Client struct {
 	mu     sync.Mutex
 	idle   []*conn
 	closed bool
+
+	replies replyTimes // spin.go
 }
 
 type conn struct {
@@ -51,6 +53,10 @@ type conn struct {
 	unwatch func() bool
 	// idleSince is when the connection went back into the pool.
 	idleSince time.Time
+	// kind and sent are the current call's kind and when its request
+	// was sent, for replyTimes.
+	kind callKind
+	sent time.Time
 }
 
 // staleCheckAfter is how long a connection must have been idle for get to
@@ -141,16 +147,25 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 // Go's network poller, where the call's deadline and context apply.
 const replyPollMs = 5
 
-// awaitReply waits for the reply to the request just sent in poll(2),
-// for up to replyPollMs, when the caller runs on a thread it holds for
-// good (osthread): the reply then wakes that thread directly instead of
-// the network poller's, which would wake the caller's in turn. Measured
+// awaitReply waits for the reply to the request just sent: first by
+// polling for it briefly, for a kind of call whose replies come quickly
+// (spin.go); then in poll(2), for up to replyPollMs, when the caller runs
+// on a thread it holds for good (osthread): the reply then wakes that
+// thread directly instead of the network poller's, which would wake the
+// caller's in turn. Measured
 // on the 2-core VM (docs/benchmarks.md, 2026-11-26): without it a create
 // through a mount on io_uring cost the mount 3.6 futex calls, 3.5
 // nanosleeps and one epoll_pwait; with it serial creates ran at
 // 4,137-4,654/s against 3,507-3,823 (three runs each, alternated).
-func (cn *conn) awaitReply() {
-	if cn.raw == nil || cn.r.Buffered() > 0 || !osthread.Dedicated() {
+func (c *Client) awaitReply(cn *conn) {
+	if cn.raw == nil || cn.r.Buffered() > 0 {
+		return
+	}
+	dedicated := osthread.Dedicated()
+	if mayPoll() && c.replies.worthSpinning(cn.kind) && cn.spinForReply(dedicated) {
+		return
+	}
+	if !dedicated {
 		return
 	}
 	cn.raw.Control(func(fd uintptr) {
@@ -288,12 +303,13 @@ func (c *Client) callBody(ctx context.Context, op uint16, enc func(*wire.Enc), b
 }
 
 func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc), b body, dec func(*wire.Dec) error, n *frameBytes) error {
-	cn, err := c.send(ctx, op, enc, b, n)
+	cn, err := c.send(ctx, op, enc, b, kindOf(op, b.len()), n)
 	if err != nil {
 		return err
 	}
 	in, err := readFrame(cn.r, cn.buf)
 	cn.buf = in
+	c.replies.record(cn.kind, time.Since(cn.sent))
 	if ended := cn.unwatch(); err != nil || ended {
 		c.broken(cn)
 		if ended {
@@ -327,7 +343,7 @@ func (c *Client) doCallData(ctx context.Context, op uint16, enc func(*wire.Enc),
 
 // send takes a connection and writes one request on it: op, what enc
 // writes, then the body. On error the connection is already dealt with.
-func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), b body, n *frameBytes) (*conn, error) {
+func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), b body, kind callKind, n *frameBytes) (*conn, error) {
 	if ctx != nil && ctx.Err() != nil {
 		return nil, c.ctxErr(ctx, ctx.Err())
 	}
@@ -371,7 +387,8 @@ func (c *Client) send(ctx context.Context, op uint16, enc func(*wire.Enc), b bod
 		}
 		return nil, &NetError{c.Addr, err}
 	}
-	cn.awaitReply()
+	cn.kind, cn.sent = kind, time.Now()
+	c.awaitReply(cn)
 	return cn, nil
 }
 
@@ -394,11 +411,12 @@ func (c *Client) callRead(ctx context.Context, op uint16, enc func(*wire.Enc), d
 }
 
 func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc), dst []byte, fb *frameBytes) (int, error) {
-	cn, err := c.send(ctx, op, enc, body{}, fb)
+	cn, err := c.send(ctx, op, enc, body{}, kindOf(op, len(dst)), fb)
 	if err != nil {
 		return 0, err
 	}
 	n, err := c.readDataReply(cn, dst)
+	c.replies.record(cn.kind, time.Since(cn.sent))
 	if err == nil {
 		fb.received = lenBytes + respHeader + 4 + n // the frame, the byte string's length, its bytes
 	}

@@ -360,6 +360,7 @@ func TestRestartedServerCostsNoFailedCall(t *testing.T) {
 // On a thread its goroutine holds for good (a FUSE-over-io_uring worker),
 // a call waits for its reply in poll(2) for a while, then as any other.
 func TestCallsFromADedicatedThreadGetQuickAndSlowReplies(t *testing.T) {
+	withSpin(t, 0) // polling would catch the quick replies first (spin_test.go)
 	_, addr, _ := echoServer(t, secret)
 	c := NewClient(addr, secret)
 	defer c.Close()
