@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"tandemfs/internal/sysmon"
 	"tandemfs/internal/testcluster"
 )
 
@@ -25,6 +26,21 @@ func TestUpGivesEachStorageServerItsShareOfTheCores(t *testing.T) {
 	}
 	if env := processEnv(t, c, "mount"); strings.Contains(env, "GOMAXPROCS=") {
 		t.Errorf("the client runs with a GOMAXPROCS of its own")
+	}
+}
+
+// Every service runs with the Go runtime's monitor kept awake
+// (internal/sysmon): it re-executes itself with GODEBUG's schedtrace set.
+func TestServicesRunWithTheRuntimesMonitorKeptAwake(t *testing.T) {
+	if strings.Contains(os.Getenv("GODEBUG"), "schedtrace=") || os.Getenv("TANDEM_SYSMON") == "sleep" {
+		t.Skip("this environment sets schedtrace or TANDEM_SYSMON=sleep itself")
+	}
+	c := testcluster.Start(t)
+	want := "GODEBUG=schedtrace=" + sysmon.Period
+	for _, name := range []string{"meta", "storage1", "storage2", "mount"} {
+		if env := processEnv(t, c, name); !strings.Contains(env, "\x00"+want+"\x00") {
+			t.Errorf("%s runs without %s", name, want)
+		}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"tandemfs/internal/sysmon"
 )
 
 var rootCmd = &cobra.Command{
@@ -18,7 +20,13 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
+// services are the subcommands that run as long-lived servers.
+var services = map[string]bool{"meta": true, "storage": true, "mount": true}
+
 func main() {
+	if len(os.Args) > 1 && services[os.Args[1]] {
+		sysmon.KeepAwake() // re-executes, unless kept awake already
+	}
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tandem:", err)
 		os.Exit(exitCode(err))
