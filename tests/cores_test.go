@@ -11,15 +11,16 @@ import (
 	"tandemfs/internal/testcluster"
 )
 
-// A one-machine cluster divides the cores among its storage servers: each
-// runs with GOMAXPROCS set to its share, while the client keeps them all.
-func TestUpGivesEachStorageServerItsShareOfTheCores(t *testing.T) {
+// A one-machine cluster divides the cores among its storage servers: each,
+// and the metadata service, runs with GOMAXPROCS set to a server's share,
+// while the client keeps them all.
+func TestUpGivesEachServerItsShareOfTheCores(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set in this environment, which `tandem up` then leaves alone")
 	}
 	c := testcluster.Start(t)
 	want := fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/2))
-	for _, name := range []string{"storage1", "storage2"} {
+	for _, name := range []string{"meta", "storage1", "storage2"} {
 		if env := processEnv(t, c, name); !strings.Contains(env, "\x00"+want+"\x00") {
 			t.Errorf("%s runs without %s", name, want)
 		}

@@ -90,7 +90,7 @@ func TestTailKeepsTheLastLines(t *testing.T) {
 	}
 }
 
-func TestStorageServersShareTheCoresUnlessGOMAXPROCSIsSet(t *testing.T) {
+func TestServersShareTheCoresUnlessGOMAXPROCSIsSet(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	for _, c := range []struct {
 		cpus, servers int
@@ -101,13 +101,13 @@ func TestStorageServersShareTheCoresUnlessGOMAXPROCSIsSet(t *testing.T) {
 		{2, 4, "GOMAXPROCS=1"}, // never less than one
 		{8, 3, "GOMAXPROCS=2"},
 	} {
-		env := storageEnv(c.cpus, c.servers)
+		env := serviceEnv(c.cpus, c.servers)
 		if len(env) != 1 || env[0] != c.want {
 			t.Errorf("%d cpus, %d servers: env %q, want %q", c.cpus, c.servers, env, c.want)
 		}
 	}
 	t.Setenv("GOMAXPROCS", "5")
-	if env := storageEnv(2, 2); env != nil {
+	if env := serviceEnv(2, 2); env != nil {
 		t.Errorf("with GOMAXPROCS set by the administrator: env %q, want none added", env)
 	}
 }

@@ -81,7 +81,7 @@ func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func
 		}()
 	}
 	// Let the forwards go out before the local write: with one P per
-	// server (GOMAXPROCS, see cluster.storageEnv) a new goroutine runs
+	// server (GOMAXPROCS, see cluster.serviceEnv) a new goroutine runs
 	// only when this one blocks, and the local write's system call does
 	// not count, so the followers would start only after it. Random
 	// 4 KiB O_DIRECT writes with two copies, one job, fresh clusters
