@@ -152,11 +152,11 @@ const replyPollMs = 5
 // (spin.go); then in poll(2), for up to replyPollMs, when the caller runs
 // on a thread it holds for good (osthread): the reply then wakes that
 // thread directly instead of the network poller's, which would wake the
-// caller's in turn. Measured
-// on the 2-core VM (docs/benchmarks.md, 2026-11-26): without it a create
-// through a mount on io_uring cost the mount 3.6 futex calls, 3.5
-// nanosleeps and one epoll_pwait; with it serial creates ran at
-// 4,137-4,654/s against 3,507-3,823 (three runs each, alternated).
+// caller's in turn. Measured on the 2-core VM (docs/benchmarks.md,
+// 2026-11-26): without the poll(2) a create through a mount on io_uring
+// cost the mount 3.6 futex calls, 3.5 nanosleeps and one epoll_pwait;
+// with it serial creates ran at 4,137-4,654/s against 3,507-3,823 (three
+// runs each, alternated).
 func (c *Client) awaitReply(cn *conn) {
 	if cn.raw == nil || cn.r.Buffered() > 0 {
 		return

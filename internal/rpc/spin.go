@@ -17,19 +17,18 @@ import (
 // is an inter-processor interrupt through the hypervisor. On the 2-core
 // VM this was measured on (docs/benchmarks.md, 2026-11-27), a ping-pong
 // of 32-byte requests and 4 KiB replies between two Go processes on
-// different CPUs ran at 13,000-14,000 round trips/s, at 29 µs of the
+// different CPUs ran at 13,500-17,800 round trips/s, at 26-33 µs of the
 // client's CPU each; with both on one CPU, 85,000/s; and with the client
 // polling its socket for up to 200 µs before sleeping, 116,000-120,000/s
 // at 8.3 µs of CPU each: the wake-up costs more CPU than the polling.
 //
 // So a caller polls its connection for up to spinMax before it sleeps,
 // but only for calls of a kind whose replies came within twice spinMax
-// of late
-// (replyTimes): a 1 MiB write, or any call on a machine so busy that
-// replies come later, sleeps at once and costs no polling. Between polls
-// the thread yields its CPU to any other runnable thread, and a goroutine
-// yields its Go processor to other goroutines, so a poller delays no one
-// for long. Servers do not poll for the next request: it comes a whole
+// of late (replyTimes): a 1 MiB write, or any call on a machine so busy
+// that replies come later, sleeps at once and costs no polling. Between
+// polls the thread yields its CPU to any other runnable thread, and a
+// goroutine yields its Go processor to other goroutines, so a poller
+// delays no one for long. Servers do not poll for the next request: it comes a whole
 // client round trip later, and polling that long took the CPU from the
 // servers doing the work (measured: 4,500-4,900 random 4 KiB writes/s
 // against 6,300-6,700).
@@ -70,7 +69,7 @@ type replyTimes struct {
 }
 
 // worthSpinning reports whether replies to calls of kind k have of late
-// come within spinMax. A kind not seen yet is tried.
+// come within twice spinMax. A kind not seen yet is tried.
 func (t *replyTimes) worthSpinning(k callKind) bool {
 	return spinMax > 0 && time.Duration(t.avg[k].Load()) <= 2*spinMax
 }
