@@ -35,7 +35,14 @@ import (
 // resync under a client writing flat out copied 177–262 MB/s, and with
 // three quarters 322–508 MB/s, at least the 350 that are half the disk's
 // O_DIRECT bandwidth in seven runs of nine (docs/ha.md, "Resync share").
-const DefaultResyncShare = 0.75
+// Under the failure matrix's load (stream writers, readers checking and a
+// probe, docs/ha-matrix.md), nine tenths made the heads copy at 311-409
+// MB/s where three quarters gave 171-251 (2026-11-27, scenarios 1 and 4,
+// two runs each, alternated), with the same client stalls and no fewer
+// streams copied meanwhile: the single-copy window shrinks by a third.
+// Clients always keep resyncClientFloor; an administrator rebuilding a
+// whole disk under heavy client load can lower the share.
+const DefaultResyncShare = 0.9
 
 // resyncClientFloor is what clients may always read and write, in bytes
 // a second, while a resync runs.
