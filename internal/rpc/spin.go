@@ -28,10 +28,10 @@ import (
 // that replies come later, sleeps at once and costs no polling. Between
 // polls the thread yields its CPU to any other runnable thread, and a
 // goroutine yields its Go processor to other goroutines, so a poller
-// delays no one for long. Servers do not poll for the next request: it comes a whole
-// client round trip later, and polling that long took the CPU from the
-// servers doing the work (measured: 4,500-4,900 random 4 KiB writes/s
-// against 6,300-6,700).
+// delays no one for long. Servers do not poll for the next request: it
+// comes a whole client round trip later, and polling that long took the
+// CPU from the servers doing the work (measured: 4,500-4,900 random
+// 4 KiB writes/s against 6,300-6,700).
 
 // spinMax is how long a caller polls for its reply before sleeping;
 // TANDEM_RPC_SPIN_US sets it in microseconds (0 turns polling off).

@@ -46,7 +46,8 @@ func awakeEnv(env []string) []string {
 		switch {
 		case kv == "TANDEM_SYSMON=sleep":
 			return nil
-		case strings.HasPrefix(kv, "GODEBUG="):
+		case strings.HasPrefix(kv, "GODEBUG=") && at < 0:
+			// The first, as the runtime reads it.
 			godebug, at = strings.TrimPrefix(kv, "GODEBUG="), i
 		}
 	}

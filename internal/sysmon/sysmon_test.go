@@ -17,6 +17,8 @@ func TestAServiceIsReexecutedWithSchedtraceAddedToGODEBUG(t *testing.T) {
 		{"set already (by the re-execution)", []string{"GODEBUG=schedtrace=" + Period}, nil},
 		{"set by the administrator", []string{"GODEBUG=gctrace=1,schedtrace=1000"}, nil},
 		{"turned off", []string{"TANDEM_SYSMON=sleep", "PATH=/bin"}, nil},
+		{"the first GODEBUG, the one the runtime reads", []string{"GODEBUG=a=1", "GODEBUG=schedtrace=5"},
+			[]string{"GODEBUG=a=1,schedtrace=" + Period, "GODEBUG=schedtrace=5"}},
 	} {
 		if got := awakeEnv(c.env); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
