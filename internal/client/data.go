@@ -191,6 +191,13 @@ func (s *rangeSet) overlaps(lo, hi uint64) bool {
 	return false
 }
 
+// overlapsAny reports whether a range in flight overlaps [lo, hi).
+func (s *rangeSet) overlapsAny(lo, hi uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overlaps(lo, hi)
+}
+
 func (s *rangeSet) add(lo, hi uint64) {
 	s.mu.Lock()
 	for s.overlaps(lo, hi) || (s.bytes > 0 && s.bytes+(hi-lo) > maxInflightBytes) {

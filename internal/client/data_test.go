@@ -89,7 +89,7 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 	in := layout(0) // ChunkSize 0: read reports whether it would serve, without I/O
 	for i := 0; i < 10; i++ {
 		off := uint64(i*7919*4096) % (1 << 30) // scattered
-		if _, _, served, _ := ra.read(nil, in, 1<<30, off, make([]byte, 4096)); served {
+		if _, _, served, _ := ra.read(nil, in, &rangeSet{}, 1<<30, off, make([]byte, 4096)); served {
 			t.Fatal("random reads triggered readahead")
 		}
 	}
@@ -97,7 +97,7 @@ func TestReadaheadStartsOnlyForSequentialReaders(t *testing.T) {
 		t.Fatalf("streak %d after random reads", ra.streak)
 	}
 	for i := 0; i < raTrigger+1; i++ {
-		ra.read(nil, in, 1<<30, uint64(i)*131072, make([]byte, 131072))
+		ra.read(nil, in, &rangeSet{}, 1<<30, uint64(i)*131072, make([]byte, 131072))
 	}
 	if ra.streak < raTrigger {
 		t.Fatalf("streak %d after %d sequential reads", ra.streak, raTrigger+1)
@@ -123,6 +123,28 @@ func TestAReadOutOfOrderByMoreThanTheSlackKeepsRunningReadahead(t *testing.T) {
 	}
 	if ra.inWindow(front-raWindowSize-1) || ra.inWindow(front+raWindowSize+1) {
 		t.Fatal("a read beyond the window counts as sequential")
+	}
+}
+
+// A sequential reader's next chunk may be one this client's write-behind
+// is still sending: fetched now, the chunk could hold the bytes from
+// before the write and serve them after it (found by tests/fsx_test.go).
+func TestReadaheadFetchesNothingAWriteInFlightOverlaps(t *testing.T) {
+	const cs = 64 << 10
+	in := layout(cs)
+	ra := readahead{nextOff: 5 * cs, streak: raTrigger, blocks: map[uint64]*raBlock{}}
+	var writing rangeSet
+	writing.init()
+	writing.add(9*cs+100, 9*cs+130) // 30 bytes, four chunks ahead of the reader
+	// nil Client: a fetch would crash the test.
+	if _, _, served, _ := ra.read(nil, in, &writing, 1<<30, 5*cs, make([]byte, 4096)); served {
+		t.Fatal("served from readahead while a write to its window was in flight")
+	}
+	if len(ra.blocks) != 0 {
+		t.Fatalf("%d chunks fetched while a write to the window was in flight", len(ra.blocks))
+	}
+	if ra.streak < raTrigger {
+		t.Fatalf("streak %d: the reader is still sequential and should get readahead once the write is done", ra.streak)
 	}
 }
 
@@ -207,7 +229,7 @@ func TestReadaheadStopsForAReaderThatUsesLittleOfWhatItFetches(t *testing.T) {
 	}
 	ra.fetched, ra.used = raCheckEvery, 8*4096
 	in := layout(0) // no I/O: read only decides
-	if _, _, served, _ := ra.read(nil, in, 1<<30, 68*cs, make([]byte, 4096)); served {
+	if _, _, served, _ := ra.read(nil, in, &rangeSet{}, 1<<30, 68*cs, make([]byte, 4096)); served {
 		t.Fatal("served from readahead")
 	}
 	if ra.streak != 0 || ra.blocks != nil {

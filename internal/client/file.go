@@ -220,7 +220,7 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 	gen, cacheable := h.c.blockCacheable(st, off, len(buf))
 	st.mu.Unlock()
 	if !h.direct { // O_DIRECT readers asked for no readahead
-		if data, done, served, err := st.ra.read(h.c, &layout, size, off, buf); served {
+		if data, done, served, err := st.ra.read(h.c, &layout, &st.inflight, size, off, buf); served {
 			return data, done, err
 		}
 	}
@@ -287,26 +287,28 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		}
 	}
 	layout := st.inode
-	st.ra.invalidate()
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
 		st.written[chunkKey{p.chain, p.index}] = struct{}{}
 	}
 	keep, gen := h.c.startCachedWrite(st, off, data, h.direct)
 	st.mu.Unlock()
 
+	// Every write, O_DIRECT ones too, is counted in flight: it goes out
+	// only after this client's write-behind requests it overlaps (sent
+	// at once, it could reach the servers first and be overwritten by
+	// the older bytes; found by tests/fsx_test.go), and readahead
+	// fetches no chunk it overlaps until it is done. The readahead
+	// window is dropped only once the write is counted, so that a chunk
+	// fetched before, which may miss the write, is not kept either.
+	st.inflight.add(off, end)
+	st.ra.invalidate()
 	var err error
 	if h.direct {
-		// Counted in flight like a buffered write, so that it goes out
-		// only after this client's write-behind requests it overlaps:
-		// sent at once, it could reach the servers first and be
-		// overwritten by the older bytes (found by tests/fsx_test.go).
-		st.inflight.add(off, end)
 		err = h.c.writePieces(&layout, off, data, h.sync)
 		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
 		st.inflight.done(off, end)
 	} else {
 		buf := append(getBuf(len(data)), data...)
-		st.inflight.add(off, end)
 		go func() {
 			if err := h.c.writePieces(&layout, off, buf, false); err != nil {
 				h.c.pages.forget(st.ino)

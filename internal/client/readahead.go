@@ -71,11 +71,12 @@ func (b *raBlock) release() {
 }
 
 // read serves [off, off+len(buf)) from readahead if the access pattern is
-// sequential; it reports false when the caller should read directly. The
+// sequential and no write of this client in flight (writing) overlaps
+// the window; it reports false when the caller should read directly. The
 // bytes are returned in buf, or, when one fetched chunk holds them all, as
 // a slice of that chunk, saving a copy; the slice stays valid until the
 // returned done is called (never nil when served).
-func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []byte) ([]byte, func(), bool, error) {
+func (ra *readahead) read(c *Client, in *proto.Inode, writing *rangeSet, size, off uint64, buf []byte) ([]byte, func(), bool, error) {
 	cs := uint64(in.Stripe.ChunkSize)
 	ra.mu.Lock()
 	// The kernel sends its own readahead requests concurrently, so they
@@ -105,8 +106,17 @@ func (ra *readahead) read(c *Client, in *proto.Inode, size, off uint64, buf []by
 		ra.blocks = map[uint64]*raBlock{}
 	}
 	first := off / cs
-	ra.dropBehind(cs)
 	ahead := max(uint64(raWindowSize)/cs, 2)
+	if writing.overlapsAny(first*cs, (first+ahead)*cs) {
+		// A fetch now could read a chunk before a write-behind request
+		// reaches its servers and keep the older bytes after the write
+		// is done (a read elsewhere in the chunk does not wait for it).
+		// The chunks already here were fetched after the last write
+		// was counted in flight: the write dropped any fetched before.
+		ra.mu.Unlock()
+		return nil, nil, false, nil
+	}
+	ra.dropBehind(cs)
 	for idx := first; idx < first+ahead && idx*cs < size; idx++ {
 		if _, ok := ra.blocks[idx]; !ok {
 			ra.blocks[idx] = c.fetchChunk(in, idx, size)
