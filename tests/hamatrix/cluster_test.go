@@ -114,7 +114,7 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	})
 	cleanup(t, "unmounting", c.unmount)
 
-	for _, d := range []string{"logs", "mnt", "copies"} {
+	for _, d := range []string{"logs", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}

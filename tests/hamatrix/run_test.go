@@ -122,11 +122,11 @@ func (r *run) stopLoad() {
 	if !r.load.stop(loadTimeout) {
 		r.t.Errorf("the load did not finish within %v of the recovery", loadTimeout)
 	}
-	copies, errs, longest := r.load.result()
+	copies, read, errs, longest := r.load.result()
 	for _, err := range errs {
 		r.t.Errorf("client load failed: %v", err)
 	}
-	r.notef("load: %d copies, the slowest %.1f s", len(copies), longest.Seconds())
+	r.notef("load: %d copies (%d of them read out), the slowest %.1f s", len(copies)+read.n, read.n, longest.Seconds())
 }
 
 // measureStalls stops the probes and takes the longest operation of any.
@@ -158,10 +158,13 @@ func (r *run) measureStalls() {
 // it read, and compares the copies of every chunk on the chain members.
 func (r *run) checkData() {
 	r.t.Helper()
-	copies, _, _ := r.load.result()
+	copies, read, _, _ := r.load.result()
 	files := append(copies, r.pre)
 	checked, bytes, failed := checkStreams(r.c, files)
-	r.res.check = fmt.Sprintf("%d/%d files (%d MiB): %d errors", checked, len(files), bytes>>20, len(failed))
+	// The copies read out were checked as they were read; the errors of
+	// those that failed are the load's (stopLoad).
+	checked, bytes = checked+read.n, bytes+read.bytes
+	r.res.check = fmt.Sprintf("%d/%d files (%d MiB): %d errors", checked, len(files)+read.n+read.failed, bytes>>20, len(failed)+read.failed)
 	for _, f := range failed {
 		r.t.Errorf("checkstream: %s", f)
 	}
