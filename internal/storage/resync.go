@@ -454,8 +454,12 @@ func (r *resyncRun) changed(st proto.ChunkStat) bool {
 }
 
 // resyncWorkers is how many chunks a resync copies at once: enough to keep
-// the network and both disks busy while one chunk waits on another.
-const resyncWorkers = 4
+// the network and both disks busy while one chunk waits on another. 8
+// rather than 4 (2026-11-27, alternated runs): a 1 GiB resync of one chain
+// on an idle machine 1,047-1,126 MB/s against 744-1,027, and in the
+// failure matrix under load 716-723 against 631-652 MB/s (scenario 2, two
+// chains) and 602-645 against 533-556 (scenario 8, one), stalls the same.
+const resyncWorkers = 8
 
 // resyncSyncBatch is how many copied chunks a resync makes durable on the
 // member at once: about a GiB of 1 MiB chunks, most of which the member's
