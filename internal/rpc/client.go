@@ -162,7 +162,9 @@ func (c *Client) awaitReply(cn *conn) {
 		return
 	}
 	dedicated := osthread.Dedicated()
-	if mayPoll() && c.replies.worthSpinning(cn.kind) && cn.spinForReply(dedicated) {
+	// The average first: an atomic load, where mayPoll takes the
+	// scheduler's lock, and most slow kinds of call stop there.
+	if c.replies.worthSpinning(cn.kind) && mayPoll() && cn.spinForReply(dedicated) {
 		return
 	}
 	if !dedicated {
