@@ -225,7 +225,12 @@ func TestHAMatrix(t *testing.T) {
 		t.Skip("the failure matrix runs real clusters for minutes; not with -short")
 	}
 	var results []*result
-	t.Cleanup(func() { writeReport(t, results) })
+	var disk diskBench
+	disk.measure(t)
+	t.Cleanup(func() {
+		disk.measure(t)
+		writeReport(t, results, &disk)
+	})
 	for _, sc := range scenarios {
 		t.Run(fmt.Sprintf("%d_%s", sc.num, sc.id), func(t *testing.T) {
 			if !sc.selected() {

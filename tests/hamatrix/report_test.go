@@ -68,7 +68,7 @@ func orDash(s string) string {
 
 // writeReport writes the results as a markdown table to $HA_MATRIX_REPORT,
 // if set (relative to the repository root).
-func writeReport(t *testing.T, results []*result) {
+func writeReport(t *testing.T, results []*result, disk *diskBench) {
 	path := os.Getenv("HA_MATRIX_REPORT")
 	if path == "" || len(results) == 0 {
 		return
@@ -103,11 +103,45 @@ func writeReport(t *testing.T, results []*result) {
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r.sc.num, cell(r.sc.name), cell(orDash(r.check)),
 			cell(r.detectText()), cell(r.stallText()), yesNo(r.moved), durText(r.resync), cell(strings.Join(notes, "; ")))
 	}
+	if d := disk.text(); d != "" {
+		fmt.Fprintf(&b, "\n%s %s\n", d, resyncsAgainst(results, disk.half()))
+	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Errorf("writing the report: %v", err)
 		return
 	}
 	t.Logf("report written to %s", path)
+}
+
+// resyncsAgainst says which scenarios' resyncs copied at half the disk's
+// bandwidth or more.
+func resyncsAgainst(results []*result, half float64) string {
+	if half <= 0 {
+		return ""
+	}
+	var met, short []string
+	for _, r := range results {
+		if r.resyncRate <= 0 {
+			continue
+		}
+		s := fmt.Sprintf("%d (%.0f MB/s)", r.sc.num, r.resyncRate)
+		if r.resyncRate >= half {
+			met = append(met, s)
+		} else {
+			short = append(short, s)
+		}
+	}
+	if len(met)+len(short) == 0 {
+		return "No scenario copied anything."
+	}
+	text := fmt.Sprintf("Resyncs at or above it: %d of %d", len(met), len(met)+len(short))
+	if len(met) > 0 {
+		text += ", scenarios " + strings.Join(met, ", ")
+	}
+	if len(short) > 0 {
+		text += "; below it: " + strings.Join(short, ", ")
+	}
+	return text + "."
 }
 
 // commit names the commit the tested binary was built from, with

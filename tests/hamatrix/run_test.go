@@ -58,17 +58,20 @@ type run struct {
 
 // result is one row of the matrix.
 type result struct {
-	sc       scenario
-	failed   bool
-	check    string        // checkstream summary
-	detect   time.Duration // injection to the failover in status; <0: none seen
-	stall    time.Duration
-	stallOf  string // which probe, and when
-	moved    bool
-	resync   time.Duration // heal to every member serving again; <0: none
-	leader   string
-	notes    []string
-	measured bool // the scenario got as far as measuring
+	sc      scenario
+	failed  bool
+	check   string        // checkstream summary
+	detect  time.Duration // injection to the failover in status; <0: none seen
+	stall   time.Duration
+	stallOf string // which probe, and when
+	moved   bool
+	resync  time.Duration // heal to every member serving again; <0: none
+	// resyncRate is what the heads copied over the longest head's time,
+	// in MB/s; 0 when nothing was copied.
+	resyncRate float64
+	leader     string
+	notes      []string
+	measured   bool // the scenario got as far as measuring
 }
 
 // runScenario brings up a cluster and starts the load, lets the scenario
@@ -326,8 +329,9 @@ func (r *run) waitRecovered() {
 	r.res.resync = st.at.Sub(r.healed)
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
 	if t := r.settledResyncs(); t.chunks > 0 {
+		r.res.resyncRate = float64(t.bytes) / 1e6 / t.longest.Seconds()
 		r.notef("resync copied %d chunks (%d MiB) in %.1f s on the heads (%.0f MB/s; %.2f s of it making the copies durable, %.2f s waiting for bucket listings)",
-			t.chunks, t.bytes>>20, t.longest.Seconds(), float64(t.bytes)/1e6/t.longest.Seconds(), t.durable.Seconds(), t.listWait.Seconds())
+			t.chunks, t.bytes>>20, t.longest.Seconds(), r.res.resyncRate, t.durable.Seconds(), t.listWait.Seconds())
 		if t.stopped > 0 {
 			r.notef("%d resync runs stopped and restarted", t.stopped)
 		}
