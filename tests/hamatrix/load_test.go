@@ -142,6 +142,33 @@ func (l *load) loop(next func(i int) aCopy) {
 	}()
 }
 
+// written is how many bytes the load's writers had written to the mount
+// at a moment, as the sizes of their files there say.
+type written struct {
+	at    time.Time
+	bytes int64
+}
+
+// written sums the sizes of the writers' files, finished or not.
+func (l *load) written() written {
+	w := written{at: time.Now()}
+	files, _ := filepath.Glob(filepath.Join(l.c.mnt, "w[0-9]*-[0-9]*"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			w.bytes += fi.Size()
+		}
+	}
+	return w
+}
+
+// rateSince is the rate in MB/s at which the load wrote from then to w.
+func (w written) rateSince(then written) float64 {
+	if d := w.at.Sub(then.at).Seconds(); d > 0 {
+		return float64(w.bytes-then.bytes) / 1e6 / d
+	}
+	return 0
+}
+
 // stop lets the copies in flight finish and starts no more; it returns
 // false if they do not finish within timeout.
 func (l *load) stop(timeout time.Duration) bool {

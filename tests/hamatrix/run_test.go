@@ -54,6 +54,11 @@ type run struct {
 	injected time.Time
 	healed   time.Time
 	failover *status // the first status that shows the failover
+
+	// The load's bytes written to the mount when it started, when the
+	// failure was injected and when it was healed: how fast clients kept
+	// writing while a resync ran, against before.
+	wroteAtStart, wroteAtInject, wroteAtHeal written
 }
 
 // result is one row of the matrix.
@@ -115,6 +120,7 @@ func startRun(t *testing.T, sc scenario, res *result) *run {
 	}
 	res.leader = r.c.hostOfAddr(r.base.leader)
 	r.load = startLoad(r.c, sz)
+	r.wroteAtStart = r.load.written()
 	return r
 }
 
@@ -189,6 +195,7 @@ func (r *run) checkData() {
 // inject fails something and records when.
 func (r *run) inject(what string, fail func() error) {
 	r.t.Helper()
+	r.wroteAtInject = r.load.written()
 	r.injected = time.Now()
 	if err := fail(); err != nil {
 		r.t.Fatalf("injecting %q: %v", what, err)
@@ -203,6 +210,7 @@ func (r *run) heal(what string, repair func() error) {
 	if err := repair(); err != nil {
 		r.t.Fatalf("healing %q: %v", what, err)
 	}
+	r.wroteAtHeal = r.load.written()
 	r.t.Logf("+%.1fs healed: %s", r.since(r.healed), what)
 }
 
@@ -335,6 +343,8 @@ func (r *run) waitRecovered() {
 		if t.stopped > 0 {
 			r.notef("%d resync runs stopped and restarted", t.stopped)
 		}
+		during, before := r.load.written().rateSince(r.wroteAtHeal), r.wroteAtInject.rateSince(r.wroteAtStart)
+		r.notef("the load wrote %.0f MB/s to the mount from the heal until every member served (%.0f MB/s before the failure)", during, before)
 	}
 	r.c.waitAllReplicas()
 }
