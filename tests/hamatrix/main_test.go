@@ -27,8 +27,9 @@
 // HA_MATRIX_REPORT=FILE writes the results as a markdown table (a relative
 // FILE is taken from the repository root). The full matrix and any run
 // with a report also measure the disk under $TMPDIR before and after the
-// scenarios (disk_test.go) and judge each resync against half of it. Needs root, /dev/fuse, ip and
-// nsenter; skipped otherwise, and under -short. A failed scenario keeps
+// scenarios (disk_test.go) and judge each resync against half of it.
+// Needs root, /dev/fuse, ip and nsenter; skipped otherwise, and under
+// -short. A failed scenario keeps
 // its directory (data, logs of every process) and says where;
 // HA_MATRIX_KEEP=1 keeps every scenario's.
 package hamatrix
