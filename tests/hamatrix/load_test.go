@@ -32,6 +32,13 @@ type loadSize struct {
 // the kernel's page cache wrote it there faster than any resync could
 // copy (a resync under this load copied 381-413 MB/s with the copies
 // written to that disk, 657-760 with them sent to /dev/null instead).
+// The reader drops each page it read from the kernel's cache (dd
+// iflag=nocache), so every copy comes from the servers, through the
+// failover, as a client's does when the file is not in its cache. Before,
+// the 256 MiB stream stayed in the kernel's cache, was read at memory
+// speed and never reached a server during a failure. (A reader with
+// O_DIRECT, one 1 MiB request at a time, was tried too: it read a tenth
+// as much, which left the resync more CPU; docs/ha.md.)
 type load struct {
 	c       *cluster
 	stopNew chan struct{}      // closed: start no new copy
@@ -99,7 +106,7 @@ func startLoad(c *cluster, size loadSize) *load {
 	}
 	l.loop(func(i int) aCopy {
 		return aCopy{out: fmt.Sprintf("copy %d of %s read out", i, pre), checked: true, bytes: fi.Size(),
-			argv: []string{"bash", "-c", `set -o pipefail; dd if="$0" bs=1M status=none | "$1" stream check - --seed "$2" --size "$3"`,
+			argv: []string{"bash", "-c", `set -o pipefail; dd if="$0" iflag=nocache bs=1M status=none | "$1" stream check - --seed "$2" --size "$3"`,
 				pre, c.bin, strconv.FormatUint(uint64(preSeed), 10), strconv.FormatInt(fi.Size(), 10)}}
 	})
 	return l
