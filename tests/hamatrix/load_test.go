@@ -33,8 +33,9 @@ type loadSize struct {
 // copy (a resync under this load copied 381-413 MB/s with the copies
 // written to that disk, 657-760 with them sent to /dev/null instead).
 // The reader drops each page it read from the kernel's cache (dd
-// iflag=nocache), so every copy comes from the servers, through the
-// failover, as a client's does when the file is not in its cache. Before,
+// iflag=nocache), so every copy after the first (which may find the pages
+// writing the stream left) comes from the servers, through the failover,
+// as a client's does when the file is not in its cache. Before,
 // the 256 MiB stream stayed in the kernel's cache, was read at memory
 // speed and never reached a server during a failure. (A reader with
 // O_DIRECT, one 1 MiB request at a time, was tried too: it read a tenth
