@@ -335,6 +335,7 @@ func (r *run) waitRecovered() {
 		r.t.Fatalf("chains not all serving %v after the heal; last status: %s", resyncTimeout, r.mon.latest())
 	}
 	r.res.resync = st.at.Sub(r.healed)
+	wroteAtServing := r.load.written() // before waiting for the heads' logs
 	r.t.Logf("+%.1fs every member serving again: %s", r.since(st.at), st)
 	if t := r.settledResyncs(); t.chunks > 0 {
 		r.res.resyncRate = float64(t.bytes) / 1e6 / t.longest.Seconds()
@@ -343,7 +344,7 @@ func (r *run) waitRecovered() {
 		if t.stopped > 0 {
 			r.notef("%d resync runs stopped and restarted", t.stopped)
 		}
-		during, before := r.load.written().rateSince(r.wroteAtHeal), r.wroteAtInject.rateSince(r.wroteAtStart)
+		during, before := wroteAtServing.rateSince(r.wroteAtHeal), r.wroteAtInject.rateSince(r.wroteAtStart)
 		r.notef("the load wrote %.0f MB/s to the mount from the heal until every member served (%.0f MB/s before the failure)", during, before)
 	}
 	r.c.waitAllReplicas()
