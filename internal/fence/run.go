@@ -121,6 +121,9 @@ func (c *Config) Fence(ctx context.Context, server Server) Outcome {
 func (c *Config) run(ctx context.Context, a Agent, s Server) Result {
 	r := Result{Agent: a.Name, Command: a.Command}
 	timeout := c.timeout()
+	// The clock starts before the deadline does, so an agent that times
+	// out is reported as running at least the timeout.
+	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
@@ -140,7 +143,6 @@ func (c *Config) run(ctx context.Context, a Agent, s Server) Result {
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = waitDelay
 
-	start := time.Now()
 	err := cmd.Run()
 	r.Duration = time.Since(start)
 	if cmd.Process != nil {
