@@ -77,7 +77,7 @@ func (l *dirLeases) extend(dirs []uint64, session uint64, now time.Time) bool {
 			all = false
 			continue
 		}
-		l.set.held[d][session] = now.Add(leaseTerm)
+		l.set.put(d, session, now.Add(leaseTerm))
 	}
 	return all
 }

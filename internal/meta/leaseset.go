@@ -11,7 +11,11 @@ type leaseSet struct {
 	held     map[uint64]map[uint64]time.Time // directory or file → session → stored time
 	quiet    map[uint64]time.Time            // directory or file → no grant before
 	fenceEnd time.Time                       // leases of an earlier leader end by then
-	sweptAt  time.Time
+	sweptAt  time.Time                       // of quiet
+	// stored lists every put, oldest first, so that sweep finds the
+	// ended leases without walking all of held (on the leader's apply
+	// path a walk of 65,536 file leases took tens of milliseconds).
+	stored []storedLease
 
 	// end is when session's lease, stored with t, ends.
 	end func(session uint64, t time.Time) time.Time
@@ -24,6 +28,7 @@ type leaseSet struct {
 func (s *leaseSet) reset(now time.Time, term time.Duration) {
 	s.held = map[uint64]map[uint64]time.Time{}
 	s.quiet = map[uint64]time.Time{}
+	s.stored = nil
 	s.fenceEnd = now.Add(term)
 }
 
@@ -39,6 +44,13 @@ func (s *leaseSet) put(key, session uint64, t time.Time) {
 		s.held[key] = map[uint64]time.Time{}
 	}
 	s.held[key][session] = t
+	s.stored = append(s.stored, storedLease{key, session, t})
+}
+
+// storedLease is one put: key leased to session with t.
+type storedLease struct {
+	key, session uint64
+	t            time.Time
 }
 
 // remove takes session's lease on key out, if it holds one.
@@ -93,22 +105,37 @@ func (s *leaseSet) live(now time.Time) (leases, keys int) {
 	return leases, keys
 }
 
-// sweep forgets ended leases and quiet periods, at most once per every.
+// sweep forgets ended leases, and ended quiet periods at most once per
+// every.
 func (s *leaseSet) sweep(now time.Time, every time.Duration) {
+	s.forgetEnded(now)
 	if now.Sub(s.sweptAt) < every {
 		return
 	}
 	s.sweptAt = now
-	for k, sessions := range s.held {
-		for session, t := range sessions {
-			if !now.Before(s.end(session, t)) {
-				s.remove(k, session)
-			}
-		}
-	}
 	for k, until := range s.quiet {
 		if !now.Before(until) {
 			delete(s.quiet, k)
 		}
+	}
+}
+
+// forgetEnded removes ended leases in the order they were stored and
+// stops at the first one still running. Leases end in that order, but
+// for a file lease whose holder stopped renewing: that one ends before
+// the leases others were given earlier and is forgotten after them, at
+// most a lease's life later. Nothing depends on forgetting it sooner:
+// whatever reads held works out each lease's end.
+func (s *leaseSet) forgetEnded(now time.Time) {
+	for len(s.stored) > 0 {
+		l := s.stored[0]
+		t, ok := s.held[l.key][l.session]
+		if ok && t.Equal(l.t) { // not renewed or removed since
+			if now.Before(s.end(l.session, t)) {
+				return
+			}
+			s.remove(l.key, l.session)
+		}
+		s.stored = s.stored[1:]
 	}
 }
