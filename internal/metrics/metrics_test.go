@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -33,6 +34,16 @@ func has(lines []string, want string) bool {
 	return false
 }
 
+// runs numbers the runs of a test in this process: metrics live in one
+// registry for the process's life, so a test run again (go test -count)
+// names its own.
+var runs int
+
+func unique(name string) string {
+	runs++
+	return fmt.Sprintf("%s%d", name, runs)
+}
+
 func testOpName(op uint16) string {
 	if op == 7 {
 		return "seven"
@@ -48,23 +59,24 @@ func TestObservedRPCsAreServedOnMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Served("spec", testOpName)
+	svc := unique("spec")
+	o := Served(svc, testOpName)
 	start := time.Now()
 	o.Observe(7, start, 100, 1000, false)
 	o.Observe(7, start, 50, 500, true)
 	o.Observe(4000, start, 1, 2, true)
-	c := Called("spec", testOpName)
+	c := Called(svc, testOpName)
 	c.Observe(7, start, 3, 4, false)
 
 	lines := scrape(t, addr.String())
 	for _, want := range []string{
-		`tandem_rpc_served_seconds_count{op="seven",service="spec"} 2`,
-		`tandem_rpc_served_errors_total{op="seven",service="spec"} 1`,
-		`tandem_rpc_served_sent_bytes_total{op="seven",service="spec"} 150`,
-		`tandem_rpc_served_received_bytes_total{op="seven",service="spec"} 1500`,
-		`tandem_rpc_served_errors_total{op="unknown",service="spec"} 1`,
-		`tandem_rpc_called_seconds_count{op="seven",service="spec"} 1`,
-		`tandem_rpc_called_sent_bytes_total{op="seven",service="spec"} 3`,
+		fmt.Sprintf(`tandem_rpc_served_seconds_count{op="seven",service="%s"} 2`, svc),
+		fmt.Sprintf(`tandem_rpc_served_errors_total{op="seven",service="%s"} 1`, svc),
+		fmt.Sprintf(`tandem_rpc_served_sent_bytes_total{op="seven",service="%s"} 150`, svc),
+		fmt.Sprintf(`tandem_rpc_served_received_bytes_total{op="seven",service="%s"} 1500`, svc),
+		fmt.Sprintf(`tandem_rpc_served_errors_total{op="unknown",service="%s"} 1`, svc),
+		fmt.Sprintf(`tandem_rpc_called_seconds_count{op="seven",service="%s"} 1`, svc),
+		fmt.Sprintf(`tandem_rpc_called_sent_bytes_total{op="seven",service="%s"} 3`, svc),
 	} {
 		if !has(lines, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -83,14 +95,15 @@ func TestFuncsAreReadAtEveryScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := 1.0
-	Func("tandem_spec_gauge", "a gauge of the test", func() float64 { return v })
-	Func("tandem_spec_gauge", "a second one of the same name", func() float64 { return -1 })
-	CounterFunc("tandem_spec_total", "a counter of the test", func() float64 { return 2 * v })
-	if l := scrape(t, addr.String()); !has(l, "tandem_spec_gauge 1") || !has(l, "tandem_spec_total 2") {
+	gauge, counter := unique("tandem_spec_gauge"), unique("tandem_spec")+"_total"
+	Func(gauge, "a gauge of the test", func() float64 { return v })
+	Func(gauge, "a second one of the same name", func() float64 { return -1 })
+	CounterFunc(counter, "a counter of the test", func() float64 { return 2 * v })
+	if l := scrape(t, addr.String()); !has(l, gauge+" 1") || !has(l, counter+" 2") {
 		t.Errorf("first scrape lacks the values 1 and 2")
 	}
 	v = 5
-	if l := scrape(t, addr.String()); !has(l, "tandem_spec_gauge 5") || !has(l, "tandem_spec_total 10") {
+	if l := scrape(t, addr.String()); !has(l, gauge+" 5") || !has(l, counter+" 10") {
 		t.Errorf("second scrape lacks the values 5 and 10")
 	}
 }
