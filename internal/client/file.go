@@ -114,16 +114,38 @@ func (c *Client) anyOpen() bool {
 	return len(c.files) > 0
 }
 
+// markOrphan is told that the metadata service keeps ino, unlinked while
+// this client had it open, until the client's last close of it, and sees
+// that the close comes: at once if it came in the meantime.
 func (c *Client) markOrphan(ino uint64) {
-	if st := c.lookupState(ino); st != nil {
-		st.mu.Lock()
-		st.orphan = true
-		st.mu.Unlock()
-	} else {
-		// Closed in the meantime: release right away.
-		r := proto.InoReq{Ino: ino, Session: c.session}
-		c.metaCall(proto.OpRelease, r.Encode, nil)
+	if !c.orphaned(ino) {
+		c.releaseOrphan(ino)
 	}
+}
+
+// orphaned marks ino's open state as an orphan's, so that its last close
+// releases it, and reports whether ino is still open. It decides under
+// the lock Release decides under (filesMu), so that exactly one of them
+// releases the orphan, in either order.
+func (c *Client) orphaned(ino uint64) bool {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	st := c.files[ino]
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	st.orphan = true
+	st.mu.Unlock()
+	return true
+}
+
+// releaseOrphan tells the metadata service that this client's last close
+// of orphan ino came (it may delete it now), and forgets ino's blocks.
+func (c *Client) releaseOrphan(ino uint64) {
+	r := proto.InoReq{Ino: ino, Session: c.session}
+	c.metaCall(proto.OpRelease, r.Encode, nil)
+	c.blocks.forget(ino)
 }
 
 // overlay applies to n what this client knows of inode n.Ino that is
@@ -471,23 +493,25 @@ func (c *Client) SyncMeta() error { return c.metaCall(proto.OpSync, nil, nil) }
 // open lets the metadata service delete it.
 func (h *Handle) Release() error {
 	err := h.Flush()
-	c, st := h.c, h.st
-	c.filesMu.Lock()
-	st.mu.Lock()
-	st.opens--
-	last := st.opens == 0
-	orphan := st.orphan
-	if last {
-		delete(c.files, st.ino)
-	}
-	st.mu.Unlock()
-	c.filesMu.Unlock()
-	if last && orphan {
-		r := proto.InoReq{Ino: st.ino, Session: c.session}
-		c.metaCall(proto.OpRelease, r.Encode, nil)
-		c.blocks.forget(st.ino)
+	if h.c.closed(h.st) {
+		h.c.releaseOrphan(h.st.ino)
 	}
 	return err
+}
+
+// closed counts one close of st and reports whether it was the last of
+// an orphan's, which the caller then releases (see orphaned).
+func (c *Client) closed(st *fileState) (lastOfOrphan bool) {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.opens--
+	if st.opens > 0 {
+		return false
+	}
+	delete(c.files, st.ino)
+	return st.orphan
 }
 
 // commit sends the size and mtime of writes, and the writes buffered to an

@@ -44,3 +44,42 @@ func inodeAt(version, size uint64, mtime int64, written uint64) proto.Inode {
 	n.Ino, n.Size, n.Mtime = 2, size, mtime
 	return n
 }
+
+// A file unlinked while open is released to the metadata service by its
+// last close, or, if that close came between the unlink's check and its
+// reply, by the unlink: exactly one of the two releases it, in either
+// order.
+func TestAnOrphanIsReleasedOnceWhicheverComesFirstUnlinkOrLastClose(t *testing.T) {
+	open := func() (*Client, *fileState) {
+		st := &fileState{ino: 2, opens: 1}
+		return &Client{files: map[uint64]*fileState{2: st}}, st
+	}
+
+	c, st := open()
+	if !c.orphaned(2) {
+		t.Fatal("an open file's unlink reply found it closed")
+	}
+	if !c.closed(st) {
+		t.Fatal("the last close of a file marked orphan did not release it")
+	}
+
+	c, st = open()
+	if c.closed(st) {
+		t.Fatal("the last close of a file not yet marked orphan released it")
+	}
+	if c.orphaned(2) {
+		t.Fatal("an unlink reply after the last close left the release to a close that already came")
+	}
+}
+
+func TestOnlyTheLastCloseOfAnOrphanReleasesIt(t *testing.T) {
+	st := &fileState{ino: 2, opens: 2}
+	c := &Client{files: map[uint64]*fileState{2: st}}
+	c.orphaned(2)
+	if c.closed(st) {
+		t.Fatal("the first of two closes released the orphan")
+	}
+	if !c.closed(st) {
+		t.Fatal("the last close did not release the orphan")
+	}
+}
