@@ -24,15 +24,22 @@ import (
 // commits its journal every 5 s); `--sync always` turns it off.
 type lazySyncFS struct {
 	vfs.FS
-	mu    sync.Mutex
-	dirty map[*lazyFile]struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	mu     sync.Mutex
+	synced *sync.Cond // broadcast when a sync ends
+	dirty  map[*lazyFile]struct{}
+	// Syncs (syncNow's, or a closing file's) run one at a time.
+	syncing bool
+	started uint64 // syncs started
+	ended   uint64 // syncs ended: started, or started-1 while one runs
+	failed  error  // the first failed fsync: what it covered may be lost
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func newLazySyncFS(inner vfs.FS, interval time.Duration) *lazySyncFS {
 	fs := &lazySyncFS{FS: inner, dirty: map[*lazyFile]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	fs.synced = sync.NewCond(&fs.mu)
 	go fs.loop(interval)
 	return fs
 }
@@ -58,14 +65,46 @@ func (fs *lazySyncFS) close() {
 	<-fs.done
 }
 
-// syncNow fsyncs every WAL file written since its last fsync.
+// syncNow returns once the WAL records of every commit that returned
+// before it was called are on disk: after a sync that started after the
+// call. A sync already running when it is called may have taken the dirty
+// files before the last of those records was written, so it does not
+// count (before 2026-11-27 a caller then returned at once); callers
+// that come while one runs wait and share the next one (group commit).
+// Once an fsync failed, every later call fails: the records it covered
+// may be lost, and no later fsync brings them back.
 func (fs *lazySyncFS) syncNow() error {
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	want := fs.started + 1
+	for fs.ended < want && fs.failed == nil {
+		if fs.syncing {
+			fs.synced.Wait()
+			continue
+		}
+		fs.runSyncLocked(fs.takeDirtyLocked(), nil)
+	}
+	return fs.failed
+}
+
+// takeDirtyLocked returns the files written since their last sync, and
+// forgets them.
+func (fs *lazySyncFS) takeDirtyLocked() []*lazyFile {
 	files := make([]*lazyFile, 0, len(fs.dirty))
 	for f := range fs.dirty {
 		files = append(files, f)
 	}
 	clear(fs.dirty)
+	return files
+}
+
+// runSyncLocked runs the next sync, of files and then closing (when not
+// nil), without fs.mu held; no sync may be running. Every sync takes all
+// the files written since the last, so that any sync that starts after
+// a call of syncNow covers what was written before it.
+func (fs *lazySyncFS) runSyncLocked(files []*lazyFile, closing *lazyFile) error {
+	fs.syncing = true
+	fs.started++
 	fs.mu.Unlock()
 	var first error
 	for _, f := range files {
@@ -73,7 +112,24 @@ func (fs *lazySyncFS) syncNow() error {
 			first = err
 		}
 	}
-	return first
+	var closeErr error
+	if closing != nil {
+		closeErr = closing.File.Sync()
+		if err := closing.File.Close(); closeErr == nil {
+			closeErr = err
+		}
+	}
+	fs.mu.Lock()
+	fs.syncing = false
+	fs.ended = fs.started
+	if first == nil {
+		first = closeErr
+	}
+	if first != nil && fs.failed == nil {
+		fs.failed = first
+	}
+	fs.synced.Broadcast()
+	return closeErr
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
@@ -120,14 +176,16 @@ func (f *lazyFile) SyncTo(int64) (bool, error) {
 	return true, nil
 }
 
-// Close syncs for real: a closed WAL is one Pebble has moved past.
+// Close syncs for real, as one of the syncs: a closed WAL is one Pebble
+// has moved past, and a sync running meanwhile must not find it closed,
+// nor a caller of syncNow return before its records in it are on disk.
 func (f *lazyFile) Close() error {
-	f.fs.mu.Lock()
-	delete(f.fs.dirty, f)
-	f.fs.mu.Unlock()
-	err := f.File.Sync()
-	if cerr := f.File.Close(); err == nil {
-		err = cerr
+	fs := f.fs
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for fs.syncing {
+		fs.synced.Wait()
 	}
-	return err
+	delete(fs.dirty, f)
+	return fs.runSyncLocked(fs.takeDirtyLocked(), f)
 }

@@ -1,0 +1,133 @@
+package meta
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// The Raft log's group sync: an application's fsync returns only after
+// an fsync that started after it was asked for.
+
+// walFile is a WAL file whose fsyncs are counted and can be held.
+type walFile struct {
+	vfs.File
+	gate   chan struct{} // when not nil, each fsync waits for a value
+	syncs  atomic.Int32
+	err    error
+	closed atomic.Bool
+}
+
+func (f *walFile) Sync() error {
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.syncs.Add(1)
+	return f.err
+}
+
+func (f *walFile) Close() error { f.closed.Store(true); return nil }
+
+func lazyFS(t *testing.T) *lazySyncFS {
+	fs := newLazySyncFS(vfs.Default, time.Hour)
+	t.Cleanup(fs.close)
+	return fs
+}
+
+func syncing(fs *lazySyncFS) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.syncing
+}
+
+func TestAnFsyncAskedForDuringAGroupSyncWaitsForTheNext(t *testing.T) {
+	fs := lazyFS(t)
+	wal := &walFile{gate: make(chan struct{})}
+	f := &lazyFile{File: wal, fs: fs}
+	f.Sync() // a commit's record: the file is dirty
+	first := make(chan error)
+	go func() { first <- fs.syncNow() }()
+	for !syncing(fs) {
+		time.Sleep(time.Millisecond)
+	}
+	// The running sync took the file before this caller came: it may
+	// not have covered the caller's record.
+	f.Sync()
+	second := make(chan error)
+	go func() { second <- fs.syncNow() }()
+	select {
+	case <-second:
+		t.Fatal("an fsync asked for while a sync ran returned before it ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	wal.gate <- struct{}{} // the first sync ends; the second caller's starts
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wal.gate <- struct{}{}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if n := wal.syncs.Load(); n != 2 {
+		t.Fatalf("%d fsyncs, want 2", n)
+	}
+}
+
+func TestCallersThatComeDuringOneSyncShareTheNext(t *testing.T) {
+	fs := lazyFS(t)
+	wal := &walFile{gate: make(chan struct{})}
+	f := &lazyFile{File: wal, fs: fs}
+	f.Sync()
+	done := make(chan error, 4)
+	go func() { done <- fs.syncNow() }()
+	for !syncing(fs) {
+		time.Sleep(time.Millisecond)
+	}
+	f.Sync()
+	for range 3 {
+		go func() { done <- fs.syncNow() }()
+	}
+	time.Sleep(20 * time.Millisecond) // let them queue
+	close(wal.gate)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := wal.syncs.Load(); n != 2 {
+		t.Fatalf("%d fsyncs for one running sync and three callers behind it, want 2", n)
+	}
+}
+
+func TestAFailedFsyncFailsEveryLaterOne(t *testing.T) {
+	fs := lazyFS(t)
+	wal := &walFile{err: errors.New("EIO")}
+	f := &lazyFile{File: wal, fs: fs}
+	f.Sync()
+	if err := fs.syncNow(); err == nil {
+		t.Fatal("a failed fsync reported success")
+	}
+	wal.err = nil
+	f.Sync()
+	if err := fs.syncNow(); err == nil {
+		t.Fatal("an fsync after a failed one succeeded: the records the failed one covered may be lost")
+	}
+}
+
+func TestClosingAWALSyncsEveryDirtyFile(t *testing.T) {
+	fs := lazyFS(t)
+	old, cur := &walFile{}, &walFile{}
+	oldF, curF := &lazyFile{File: old, fs: fs}, &lazyFile{File: cur, fs: fs}
+	oldF.Sync()
+	curF.Sync()
+	if err := oldF.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !old.closed.Load() || old.syncs.Load() != 1 || cur.syncs.Load() != 1 {
+		t.Fatalf("closing one WAL: it synced %d times (closed %v), the other %d; want both once",
+			old.syncs.Load(), old.closed.Load(), cur.syncs.Load())
+	}
+}
