@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestDataWrittenAtAnyOffsetReadsBack(t *testing.T) {
@@ -439,6 +440,36 @@ func TestSyncMakesChunksDurable(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Fatalf("not synced: %v (synced %v)", want, synced)
+	}
+}
+
+// Two clients fsync one file at once: the second must not return before
+// the directory sync the first took its new chunk's entry into has ended.
+func TestASyncDoesNotOvertakeTheDirectorySyncOfAnotherThatTookItsEntries(t *testing.T) {
+	ffs := NewFaultFS(nil)
+	tg := openTestTarget(t, Options{FS: ffs})
+	mustWrite(t, tg, 0x1ff, 0, 0, []byte("a")) // a new chunk: its directory is dirty
+	entered, release := make(chan struct{}), make(chan struct{})
+	ffs.Inject(Fault{Ops: OpSyncDir, Times: 1, Hook: func(Op, string) {
+		close(entered)
+		<-release
+	}})
+	first := make(chan error)
+	go func() { first <- tg.Sync(0x1ff, []uint64{0}) }()
+	<-entered // the first Sync took the mark and is syncing the directory
+	second := make(chan error)
+	go func() { second <- tg.Sync(0x1ff, []uint64{0}) }()
+	select {
+	case err := <-second:
+		t.Fatalf("a Sync returned (%v) while the directory sync holding its chunk's entry still ran", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -143,6 +143,9 @@ func (t *Target) Sync(ino uint64, indexes []uint64) error {
 }
 
 func (t *Target) syncDirs(ino uint64) error {
+	l := &t.dirSyncs[ino%uint64(len(t.dirSyncs))]
+	l.Lock()
+	defer l.Unlock()
 	t.dirtyMu.Lock()
 	s := t.dirty[ino]
 	delete(t.dirty, ino)

@@ -73,6 +73,10 @@ type Target struct {
 	// last SyncDir, so that Sync makes new chunks survive power loss.
 	dirtyMu sync.Mutex
 	dirty   map[uint64]dirState
+	// dirSyncs serialize the directory syncs of an ino's stripe, so that
+	// a Sync that finds nothing dirty because another took the mark
+	// returns only after that other's SyncDir ended.
+	dirSyncs [64]sync.Mutex
 }
 
 type dirState uint8
