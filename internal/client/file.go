@@ -26,6 +26,9 @@ type fileState struct {
 	orphan  bool // unlinked while open: release it on last close
 	written map[chunkKey]struct{}
 	err     error // first error of a write-behind request
+	// syncing is held by an fsync from taking written until its chunks
+	// are synced (syncWritten).
+	syncing sync.Mutex
 
 	// Writes to an inline file wait for the next commit (inline.go):
 	// pendingInline in order, and inlineImage, the file's bytes with them
@@ -401,17 +404,9 @@ func (h *Handle) Fsync() error {
 	if err := st.takeErr(); err != nil {
 		return err
 	}
-	st.mu.Lock()
-	written := st.written
-	st.written = map[chunkKey]struct{}{}
-	ino := st.ino
-	st.mu.Unlock()
-	if err := h.c.syncChunks(ino, written); err != nil {
-		st.mu.Lock()
-		for k := range written {
-			st.written[k] = struct{}{}
-		}
-		st.mu.Unlock()
+	if err := st.syncWritten(func(written map[chunkKey]struct{}) error {
+		return h.c.syncChunks(st.ino, written)
+	}); err != nil {
 		return err
 	}
 	// One call commits and syncs when there is something to commit.
@@ -423,6 +418,30 @@ func (h *Handle) Fsync() error {
 		return err
 	}
 	return h.c.SyncMeta()
+}
+
+// syncWritten syncs, with sync, the chunks written since the last fsync,
+// and returns once every chunk written before it was called is synced.
+// fsyncs of the file run this one at a time: one that came while
+// another's chunks were being synced finds written empty, and without
+// the wait would return before that other sync, which holds its chunks
+// too, had ended. Chunks whose sync failed stay to be synced next time.
+func (st *fileState) syncWritten(sync func(map[chunkKey]struct{}) error) error {
+	st.syncing.Lock()
+	defer st.syncing.Unlock()
+	st.mu.Lock()
+	written := st.written
+	st.written = map[chunkKey]struct{}{}
+	st.mu.Unlock()
+	if err := sync(written); err != nil {
+		st.mu.Lock()
+		for k := range written {
+			st.written[k] = struct{}{}
+		}
+		st.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // flushWrites commits this client's buffered writes to ino, if it has the

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"tandemfs/internal/proto"
 )
@@ -81,5 +83,54 @@ func TestOnlyTheLastCloseOfAnOrphanReleasesIt(t *testing.T) {
 	}
 	if !c.closed(st) {
 		t.Fatal("the last close did not release the orphan")
+	}
+}
+
+// Two threads fsync one file at once: the second returns only after the
+// sync of the chunks the first took, which hold the second's writes too.
+func TestAnFsyncWaitsForTheChunkSyncOfAnotherThatTookItsChunks(t *testing.T) {
+	st := &fileState{ino: 2, written: map[chunkKey]struct{}{{1, 0}: {}}}
+	entered, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error)
+	go func() {
+		first <- st.syncWritten(func(w map[chunkKey]struct{}) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	second := make(chan error)
+	go func() {
+		second <- st.syncWritten(func(w map[chunkKey]struct{}) error {
+			if len(w) != 0 {
+				t.Errorf("the second fsync was given %v, already synced by the first", w)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-second:
+		t.Fatal("an fsync returned while the sync of the chunks it wrote still ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChunksWhoseSyncFailedAreSyncedNextTime(t *testing.T) {
+	st := &fileState{ino: 2, written: map[chunkKey]struct{}{{1, 0}: {}}}
+	if err := st.syncWritten(func(map[chunkKey]struct{}) error { return errors.New("EIO") }); err == nil {
+		t.Fatal("a failed chunk sync was not reported")
+	}
+	var again map[chunkKey]struct{}
+	st.syncWritten(func(w map[chunkKey]struct{}) error { again = w; return nil })
+	if _, ok := again[chunkKey{1, 0}]; !ok {
+		t.Fatalf("the next fsync synced %v, not the chunk whose sync failed", again)
 	}
 }
