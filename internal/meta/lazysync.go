@@ -27,10 +27,11 @@ type lazySyncFS struct {
 	mu     sync.Mutex
 	synced *sync.Cond // broadcast when a sync ends
 	dirty  map[*lazyFile]struct{}
-	// Syncs (syncNow's, or a closing file's) run one at a time.
+	// Syncs (syncNow's, or a closing file's) run one at a time, each of
+	// every file marked dirty since the last one took its files.
 	syncing bool
-	started uint64 // syncs started
-	ended   uint64 // syncs ended: started, or started-1 while one runs
+	marks   uint64 // times a WAL file was marked dirty
+	covered uint64 // marks when the last sync to end took its files
 	failed  error  // the first failed fsync: what it covered may be lost
 	stop    chan struct{}
 	done    chan struct{}
@@ -66,18 +67,20 @@ func (fs *lazySyncFS) close() {
 }
 
 // syncNow returns once the WAL records of every commit that returned
-// before it was called are on disk: after a sync that started after the
-// call. A sync already running when it is called may have taken the dirty
-// files before the last of those records was written, so it does not
-// count (before 2026-11-27 a caller then returned at once); callers
-// that come while one runs wait and share the next one (group commit).
-// Once an fsync failed, every later call fails: the records it covered
-// may be lost, and no later fsync brings them back.
+// before it was called are on disk: after a sync that took its files
+// when every mark made before the call had been made. Such a sync covers
+// each record of those commits: the record's file was in what it took,
+// or an earlier sync took it after the record's mark and ended first.
+// So a caller that comes while a sync runs shares it if it covers the
+// caller's marks, and otherwise waits and shares the next (group commit);
+// before 2026-11-27 such a caller could return at once. Once an fsync
+// failed, every later call fails: the records it covered may be lost,
+// and no later fsync brings them back.
 func (fs *lazySyncFS) syncNow() error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	want := fs.started + 1
-	for fs.ended < want && fs.failed == nil {
+	need := fs.marks
+	for fs.covered < need && fs.failed == nil {
 		if fs.syncing {
 			fs.synced.Wait()
 			continue
@@ -98,13 +101,12 @@ func (fs *lazySyncFS) takeDirtyLocked() []*lazyFile {
 	return files
 }
 
-// runSyncLocked runs the next sync, of files and then closing (when not
-// nil), without fs.mu held; no sync may be running. Every sync takes all
-// the files written since the last, so that any sync that starts after
-// a call of syncNow covers what was written before it.
+// runSyncLocked runs the next sync, of files (all those marked dirty,
+// just taken) and then closing (when not nil), without fs.mu held; no
+// sync may be running.
 func (fs *lazySyncFS) runSyncLocked(files []*lazyFile, closing *lazyFile) error {
 	fs.syncing = true
-	fs.started++
+	took := fs.marks
 	fs.mu.Unlock()
 	var first error
 	for _, f := range files {
@@ -121,7 +123,7 @@ func (fs *lazySyncFS) runSyncLocked(files []*lazyFile, closing *lazyFile) error 
 	}
 	fs.mu.Lock()
 	fs.syncing = false
-	fs.ended = fs.started
+	fs.covered = took
 	if first == nil {
 		first = closeErr
 	}
@@ -165,6 +167,7 @@ type lazyFile struct {
 func (f *lazyFile) markDirty() {
 	f.fs.mu.Lock()
 	f.fs.dirty[f] = struct{}{}
+	f.fs.marks++
 	f.fs.mu.Unlock()
 }
 

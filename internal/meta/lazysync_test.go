@@ -76,6 +76,48 @@ func TestAnFsyncAskedForDuringAGroupSyncWaitsForTheNext(t *testing.T) {
 	}
 }
 
+func TestAnFsyncWhoseRecordsARunningSyncTookSharesIt(t *testing.T) {
+	fs := lazyFS(t)
+	wal := &walFile{gate: make(chan struct{})}
+	f := &lazyFile{File: wal, fs: fs}
+	f.Sync() // both callers' records, written before the sync takes the file
+	done := make(chan error, 2)
+	go func() { done <- fs.syncNow() }()
+	for !syncing(fs) {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { done <- fs.syncNow() }()
+	select {
+	case <-done:
+		t.Fatal("an fsync returned while the sync holding its record still ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(wal.gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := wal.syncs.Load(); n != 1 {
+		t.Fatalf("%d fsyncs, want the one both callers' records were in", n)
+	}
+}
+
+func TestAnFsyncWithNothingWrittenSinceTheLastSyncSyncsNothing(t *testing.T) {
+	fs := lazyFS(t)
+	wal := &walFile{}
+	f := &lazyFile{File: wal, fs: fs}
+	f.Sync()
+	for range 3 {
+		if err := fs.syncNow(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := wal.syncs.Load(); n != 1 {
+		t.Fatalf("%d fsyncs for one record, want 1", n)
+	}
+}
+
 func TestCallersThatComeDuringOneSyncShareTheNext(t *testing.T) {
 	fs := lazyFS(t)
 	wal := &walFile{gate: make(chan struct{})}
