@@ -59,8 +59,10 @@ func TestBadInputGetsAClearMessage(t *testing.T) {
 }
 
 // TestFullTargetGivesENOSPCAndKeepsWhatIsStored: a writer that fills the
-// only target gets ENOSPC; files already stored stay intact, and the file
-// system goes on working.
+// only target gets ENOSPC, and so does the fsync of another descriptor
+// open on the file (as Linux reports a writeback error to every open
+// file, once); files already stored stay intact, and the file system
+// goes on working.
 func TestFullTargetGivesENOSPCAndKeepsWhatIsStored(t *testing.T) {
 	testcluster.RequireFUSE(t)
 	small := func(o *cluster.Options) {
@@ -79,6 +81,11 @@ func TestFullTargetGivesENOSPCAndKeepsWhatIsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, err := os.OpenFile(filepath.Join(c.Mount(), "filler"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	chunk := randBytes(1 << 20)
 	var werr error
 	for i := 0; i < 100 && werr == nil; i++ {
@@ -92,6 +99,12 @@ func TestFullTargetGivesENOSPCAndKeepsWhatIsStored(t *testing.T) {
 	}
 	if !errors.Is(werr, syscall.ENOSPC) {
 		t.Fatalf("filling the target: got %v, want ENOSPC", werr)
+	}
+	if err := other.Sync(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("fsync of another descriptor open on the file: got %v, want ENOSPC", err)
+	}
+	if err := other.Sync(); err != nil {
+		t.Fatalf("a second fsync of that descriptor: got %v, want the failure reported once", err)
 	}
 	if got := mustRead(t, filepath.Join(c.Mount(), "keep")); !bytes.Equal(got, keep) {
 		t.Fatal("a file stored before the target filled up changed")

@@ -25,7 +25,13 @@ type fileState struct {
 	opens   int
 	orphan  bool // unlinked while open: release it on last close
 	written map[chunkKey]struct{}
-	err     error // first error of a write-behind request
+	// A failed write-behind request is reported once to every handle open
+	// on the file, at its next write, flush or fsync, as Linux reports a
+	// writeback error to every open file (errseq_t): err is the failure,
+	// errSeq counts failures, errSeen says a handle reported err.
+	err     error
+	errSeq  uint64
+	errSeen bool
 	// syncing is held by an fsync from taking written until its chunks
 	// are synced (syncWritten).
 	syncing sync.Mutex
@@ -61,8 +67,9 @@ type chunkKey struct {
 type Handle struct {
 	c      *Client
 	st     *fileState
-	direct bool // O_DIRECT or O_SYNC: write through, no write-behind
-	sync   bool // O_SYNC/O_DSYNC: each write durable before it returns
+	direct bool   // O_DIRECT or O_SYNC: write through, no write-behind
+	sync   bool   // O_SYNC/O_DSYNC: each write durable before it returns
+	errSeq uint64 // the last of st's failures this handle reported
 }
 
 // Open opens inode ino (of which n is a fresh copy). flags are open(2)
@@ -71,7 +78,8 @@ func (c *Client) Open(n *proto.Inode, flags uint32) (*Handle, error) {
 	st := c.acquire(n)
 	h := &Handle{c: c, st: st,
 		direct: flags&syscall.O_DIRECT != 0 || flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
-		sync:   flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0}
+		sync:   flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
+		errSeq: st.errSample()}
 	if flags&syscall.O_TRUNC != 0 && n.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		r := proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetSize, Size: 0}
 		if _, err := c.SetAttr(&r); err != nil {
@@ -285,7 +293,7 @@ func (h *Handle) Append(data []byte) (int, error) {
 
 func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st := h.st
-	if err := st.takeErr(); err != nil {
+	if err := h.takeErr(); err != nil {
 		return 0, err
 	}
 	end := off + uint64(len(data))
@@ -368,20 +376,46 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	return len(data), nil
 }
 
+// setErr records the failure of a write-behind request. More failures
+// before any handle reported the first are the same failure to report.
 func (st *fileState) setErr(err error) {
 	st.mu.Lock()
-	if st.err == nil {
-		st.err = err
+	if st.err == nil || st.errSeen {
+		st.err, st.errSeen = err, false
+		st.errSeq++
 	}
 	st.mu.Unlock()
 }
 
-func (st *fileState) takeErr() error {
+// errSample is the failure a handle opened now counts as reported: the
+// last one if a handle reported it, so that a new handle does not report
+// an old failure, and none otherwise, so that a failure nobody reported
+// yet (the writer closed, or died) reaches whoever opens the file next.
+func (st *fileState) errSample() uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	err := st.err
-	st.err = nil
-	return err
+	if st.errSeen {
+		return st.errSeq
+	}
+	return 0
+}
+
+// unreportedErr reports whether a failure of a write-behind request is
+// not yet reported by any handle. Called with st.mu held.
+func (st *fileState) unreportedErr() bool { return st.err != nil && !st.errSeen }
+
+// takeErr returns the failure of a write-behind request this handle has
+// not reported yet, once.
+func (h *Handle) takeErr() error {
+	st := h.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if h.errSeq == st.errSeq {
+		return nil
+	}
+	h.errSeq = st.errSeq
+	st.errSeen = true
+	return st.err
 }
 
 // Flush waits for write-behind requests and commits size and mtime to the
@@ -390,7 +424,7 @@ func (st *fileState) takeErr() error {
 func (h *Handle) Flush() error {
 	st := h.st
 	st.inflight.waitAll()
-	if err := st.takeErr(); err != nil {
+	if err := h.takeErr(); err != nil {
 		return err
 	}
 	return h.c.commit(st)
@@ -401,7 +435,7 @@ func (h *Handle) Flush() error {
 func (h *Handle) Fsync() error {
 	st := h.st
 	st.inflight.waitAll()
-	if err := st.takeErr(); err != nil {
+	if err := h.takeErr(); err != nil {
 		return err
 	}
 	if err := st.syncWritten(func(written map[chunkKey]struct{}) error {
@@ -455,7 +489,7 @@ func (c *Client) flushWrites(ino uint64) error {
 	st.inflight.waitAll()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.err != nil {
+	if st.unreportedErr() {
 		return nil
 	}
 	return c.commitLocked(st, false)
@@ -596,7 +630,7 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		st.inflight.waitAll()
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if st.err == nil { // the writes before the truncate (a failed one is reported by close)
+		if !st.unreportedErr() { // the writes before the truncate (a failed one is reported by close)
 			if err := c.commitLocked(st, false); err != nil {
 				return err
 			}

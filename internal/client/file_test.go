@@ -134,3 +134,36 @@ func TestChunksWhoseSyncFailedAreSyncedNextTime(t *testing.T) {
 		t.Fatalf("the next fsync synced %v, not the chunk whose sync failed", again)
 	}
 }
+
+// A failed write-behind request is reported once to each handle open on
+// the file, at its next write, flush or fsync, as Linux reports writeback
+// errors to every open file.
+func TestAFailedWriteIsReportedOnceToEveryHandleOpenOnTheFile(t *testing.T) {
+	st := &fileState{ino: 2}
+	a, b := &Handle{st: st, errSeq: st.errSample()}, &Handle{st: st, errSeq: st.errSample()}
+	st.setErr(errors.New("ENOSPC"))
+	st.setErr(errors.New("ENOSPC")) // another request of the same write
+	for _, h := range []*Handle{a, b} {
+		if err := h.takeErr(); err == nil {
+			t.Fatal("a handle open when a write failed did not report it")
+		}
+		if err := h.takeErr(); err != nil {
+			t.Fatalf("a handle reported one failure twice: %v", err)
+		}
+	}
+	if later := (&Handle{st: st, errSeq: st.errSample()}); later.takeErr() != nil {
+		t.Fatal("a handle opened after the failure was reported reported it again")
+	}
+	st.setErr(errors.New("EIO"))
+	if err := a.takeErr(); err == nil || err.Error() != "EIO" {
+		t.Fatalf("a second failure after the first was reported: %v, want EIO", err)
+	}
+}
+
+func TestAFailureNobodyReportedReachesTheNextOpener(t *testing.T) {
+	st := &fileState{ino: 2}
+	st.setErr(errors.New("ENOSPC")) // its writer closed without fsync, or died
+	if err := (&Handle{st: st, errSeq: st.errSample()}).takeErr(); err == nil {
+		t.Fatal("a failure no handle had reported was not reported to the next opener")
+	}
+}
