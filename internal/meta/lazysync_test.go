@@ -43,26 +43,45 @@ func syncing(fs *lazySyncFS) bool {
 	return fs.syncing
 }
 
+// syncRunning starts a syncNow and returns, with the channel its result
+// comes on, once its sync runs (held at the WAL's gate).
+func syncRunning(fs *lazySyncFS) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- fs.syncNow() }()
+	for !syncing(fs) {
+		time.Sleep(time.Millisecond)
+	}
+	return done
+}
+
+// syncAsked starts a syncNow and returns the channel its result comes on.
+func syncAsked(fs *lazySyncFS) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- fs.syncNow() }()
+	return done
+}
+
+// stillWaiting fails the test if done delivers within 50 ms.
+func stillWaiting(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Fatal(what)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
 func TestAnFsyncAskedForDuringAGroupSyncWaitsForTheNext(t *testing.T) {
 	fs := lazyFS(t)
 	wal := &walFile{gate: make(chan struct{})}
 	f := &lazyFile{File: wal, fs: fs}
 	f.Sync() // a commit's record: the file is dirty
-	first := make(chan error)
-	go func() { first <- fs.syncNow() }()
-	for !syncing(fs) {
-		time.Sleep(time.Millisecond)
-	}
+	first := syncRunning(fs)
 	// The running sync took the file before this caller came: it may
 	// not have covered the caller's record.
 	f.Sync()
-	second := make(chan error)
-	go func() { second <- fs.syncNow() }()
-	select {
-	case <-second:
-		t.Fatal("an fsync asked for while a sync ran returned before it ended")
-	case <-time.After(50 * time.Millisecond):
-	}
+	second := syncAsked(fs)
+	stillWaiting(t, second, "an fsync asked for while a sync ran returned before it ended")
 	wal.gate <- struct{}{} // the first sync ends; the second caller's starts
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -81,19 +100,11 @@ func TestAnFsyncWhoseRecordsARunningSyncTookSharesIt(t *testing.T) {
 	wal := &walFile{gate: make(chan struct{})}
 	f := &lazyFile{File: wal, fs: fs}
 	f.Sync() // both callers' records, written before the sync takes the file
-	done := make(chan error, 2)
-	go func() { done <- fs.syncNow() }()
-	for !syncing(fs) {
-		time.Sleep(time.Millisecond)
-	}
-	go func() { done <- fs.syncNow() }()
-	select {
-	case <-done:
-		t.Fatal("an fsync returned while the sync holding its record still ran")
-	case <-time.After(50 * time.Millisecond):
-	}
+	first := syncRunning(fs)
+	second := syncAsked(fs)
+	stillWaiting(t, second, "an fsync returned while the sync holding its record still ran")
 	close(wal.gate)
-	for range 2 {
+	for _, done := range []<-chan error{first, second} {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -123,18 +134,14 @@ func TestCallersThatComeDuringOneSyncShareTheNext(t *testing.T) {
 	wal := &walFile{gate: make(chan struct{})}
 	f := &lazyFile{File: wal, fs: fs}
 	f.Sync()
-	done := make(chan error, 4)
-	go func() { done <- fs.syncNow() }()
-	for !syncing(fs) {
-		time.Sleep(time.Millisecond)
-	}
+	waiting := []<-chan error{syncRunning(fs)}
 	f.Sync()
 	for range 3 {
-		go func() { done <- fs.syncNow() }()
+		waiting = append(waiting, syncAsked(fs))
 	}
 	time.Sleep(20 * time.Millisecond) // let them queue
 	close(wal.gate)
-	for range 4 {
+	for _, done := range waiting {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
