@@ -463,8 +463,9 @@ func (s *Service) scanChanged(req scanReq) {
 }
 
 // observeMap applies a new map to the dirty sets and starts the scans
-// they need.
+// they need, and to the Go processors kept for resyncs (procs.go).
 func (s *Service) observeMap(v *chainView) {
+	s.followResyncs(v)
 	for _, req := range s.dirty.observe(v.chains, func(t uint32) bool { _, err := s.target(t); return err == nil }) {
 		s.wg.Add(1)
 		go func() {

@@ -93,6 +93,12 @@ type Service struct {
 	regOnce   sync.Once
 	reg       chan struct{} // closed at the first successful registration
 	closeOnce sync.Once
+
+	// procsMu guards procsHeld, whether this server holds resyncProcs,
+	// and procsVersion, the map it decided that from (procs.go).
+	procsMu      sync.Mutex
+	procsHeld    bool
+	procsVersion uint64
 }
 
 // Start opens the targets, starts serving on cfg.Listen, and registers with
@@ -291,6 +297,7 @@ func (s *Service) Close() error {
 			s.srv.Close()
 		}
 		s.wg.Wait()
+		s.releaseProcs()
 		for _, c := range append(s.metas, s.private...) {
 			c.Close()
 		}

@@ -1,0 +1,110 @@
+package storage
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"tandemfs/internal/proto"
+)
+
+// Go processors during a resync.
+//
+// A resync keeps resyncWorkers chunk copies in flight per chain, and on
+// both servers each copy spends most of its time in system calls that
+// block for milliseconds: on the member, creating the chunk's two files
+// and writing 1 MiB with O_DIRECT; on the head, sendfile into a full
+// socket. A goroutine in a system call keeps its Go processor (P) until
+// the runtime's monitor takes it back, so with as few Ps as cores (one per
+// server in a one-machine cluster, see cluster.serviceEnv) the other
+// copies, ready to run, wait for one: a runtime trace of the member during
+// a resync (2026-11-27, TestResyncSpeed, 2 GiB under a client writing)
+// had its copy handlers runnable but waiting for a P 42-46 % of the time,
+// and running Go code 2 %. With eight Ps per process (GOMAXPROCS=8 in the
+// environment) the resync copied 967 and 1,006 MB/s where two gave 696 and
+// 751, alternated; eight for the storage servers only, against one, 809 /
+// 667 against 633 / 475. More Ps than cores cost a server that answers
+// small requests one at a time (cluster.serviceEnv), so a server takes
+// resyncWorkers more while a chain it heads or serves in has a member
+// syncing, and gives them back when none has.
+
+// resyncProcs is the process's count of Services taking part in a resync
+// and the GOMAXPROCS to return to when none does. Several Services share
+// one process in tests, and GOMAXPROCS is the process's.
+var resyncProcs procBoost
+
+// procBoost raises GOMAXPROCS by extra while anyone holds it.
+type procBoost struct {
+	mu      sync.Mutex
+	holders int
+	base    int // GOMAXPROCS before the first holder
+}
+
+// hold raises GOMAXPROCS by extra if nobody held it yet.
+func (b *procBoost) hold(extra int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.holders == 0 {
+		b.base = runtime.GOMAXPROCS(0)
+		runtime.GOMAXPROCS(b.base + extra)
+	}
+	b.holders++
+}
+
+// release puts GOMAXPROCS back once the last holder releases.
+func (b *procBoost) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.holders == 0 {
+		return
+	}
+	if b.holders--; b.holders == 0 {
+		runtime.GOMAXPROCS(b.base)
+	}
+}
+
+// resyncing says whether this server takes part in a resync under map v:
+// it heads a chain with a syncing member, or a syncing member is its own.
+func (s *Service) resyncing(v *chainView) bool {
+	ours := func(t uint32) bool { _, err := s.target(t); return err == nil }
+	for _, c := range v.chains {
+		head, ok := c.Head()
+		for i, st := range c.States {
+			if st == proto.MemberSyncing && ok && (ours(head) || ours(c.Targets[i])) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// followResyncs holds resyncProcs while map v has this server take part in
+// a resync, and releases it when a later map has it take part in none.
+func (s *Service) followResyncs(v *chainView) {
+	busy := s.resyncing(v)
+	s.procsMu.Lock()
+	defer s.procsMu.Unlock()
+	if v.version < s.procsVersion {
+		return // an older map, loaded concurrently with a newer one
+	}
+	s.procsVersion = v.version
+	s.holdProcs(busy)
+}
+
+// releaseProcs gives resyncProcs back for good: the server is closing.
+func (s *Service) releaseProcs() {
+	s.procsMu.Lock()
+	defer s.procsMu.Unlock()
+	s.procsVersion = math.MaxUint64
+	s.holdProcs(false)
+}
+
+func (s *Service) holdProcs(busy bool) {
+	switch {
+	case busy && !s.procsHeld:
+		resyncProcs.hold(resyncWorkers)
+	case !busy && s.procsHeld:
+		resyncProcs.release()
+	}
+	s.procsHeld = busy
+}
