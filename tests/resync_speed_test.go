@@ -3,6 +3,7 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,12 +65,16 @@ func TestResyncSpeed(t *testing.T) {
 	} else {
 		loadDone <- nil
 	}
-	took := waitResynced(t, c, versions, 5*time.Minute)
+	// The load stops when the head is done: it measures what clients
+	// write during the copy, and must not fill the disk while the map
+	// settles.
+	waitHeadDone(t, c, "storage1", 5*time.Minute)
 	el := time.Since(t0)
 	close(stop)
 	if err := <-loadDone; err != nil {
 		t.Fatalf("client load: %v", err)
 	}
+	took := waitResynced(t, c, versions, 5*time.Minute)
 	data, err := os.ReadFile(filepath.Join(c.Dir(), "logs", "storage1.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +98,34 @@ func TestResyncSpeed(t *testing.T) {
 			head = d
 		}
 	}
-	t.Logf("resync of %d chunks, %d MB: %v on the head (%.0f MB/s), all serving %v after the restart; the client wrote %d MB (%.0f MB/s)",
+	t.Logf("resync of %d chunks, %d MB: %v on the head (%.0f MB/s), every member serving %v after the head ended; the client wrote %d MB (%.0f MB/s) while the head copied",
 		copied, nbytes/1e6, head, float64(nbytes)/1e6/head.Seconds(), took, load/1e6, float64(load)/1e6/el.Seconds())
+}
+
+var (
+	resyncStartLine   = regexp.MustCompile(`resync of target \d+ in chain \d+: (copying|comparing)`)
+	resyncStoppedLine = regexp.MustCompile(`resync of target \d+ in chain \d+ stopped:`)
+)
+
+// waitHeadDone waits until every resync the storage server name started
+// has logged its end.
+func waitHeadDone(t *testing.T, c *testcluster.Cluster, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		data, err := os.ReadFile(filepath.Join(c.Dir(), "logs", name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := len(resyncStartLine.FindAllIndex(data, -1))
+		done := len(resyncDoneLine.FindAllIndex(data, -1))
+		stopped := len(resyncStoppedLine.FindAllIndex(data, -1))
+		if done > 0 && done+stopped == started {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d resyncs started, %d done and %d stopped after %v", name, started, done, stopped, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
