@@ -103,8 +103,10 @@ func (s *Service) holdProcs(busy bool) {
 	switch {
 	case busy && !s.procsHeld:
 		resyncProcs.hold(resyncWorkers)
+		s.logf("storage: taking part in a resync: %d Go processors until it ends", runtime.GOMAXPROCS(0))
 	case !busy && s.procsHeld:
 		resyncProcs.release()
+		s.logf("storage: no resync of this server's chains runs: %d Go processors again", runtime.GOMAXPROCS(0))
 	}
 	s.procsHeld = busy
 }

@@ -10,7 +10,7 @@ import (
 // serverOf returns a Service that holds the targets ids, enough for
 // followResyncs.
 func serverOf(ids ...uint32) *Service {
-	s := &Service{}
+	s := &Service{logf: func(string, ...any) {}}
 	m := map[uint32]*Target{}
 	for _, id := range ids {
 		m[id] = &Target{}
