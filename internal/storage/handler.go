@@ -116,6 +116,7 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 		// another chain: either way it takes this server's disk and CPU
 		// from a resync it runs (share.go).
 		s.share.pace(len(r.Data))
+		s.large.note(len(r.Data))
 	}
 	return s.onChain(&ref.Routing, c, chunkChange(ref.Ino, ref.Index), func() func() { return s.lockChunk(c.ID, ref.Ino, ref.Index) },
 		func() error {

@@ -8,30 +8,40 @@ import (
 	"tandemfs/internal/proto"
 )
 
-// Go processors during a resync.
+// Extra Go processors for work that blocks in system calls.
 //
-// A resync keeps resyncWorkers chunk copies in flight per chain, and on
-// both servers each copy spends most of its time in system calls that
-// block for milliseconds: on the member, creating the chunk's two files
-// and writing 1 MiB with O_DIRECT; on the head, sendfile into a full
-// socket. A goroutine in a system call keeps its Go processor (P) until
-// the runtime's monitor takes it back, so with as few Ps as cores (one per
-// server in a one-machine cluster, see cluster.serviceEnv) the other
-// copies, ready to run, wait for one: a runtime trace of the member during
-// a resync (2026-11-27, TestResyncSpeed, 2 GiB under a client writing)
-// had its copy handlers runnable but waiting for a P 42-46 % of the time,
-// and running Go code 2 %. With eight Ps per process (GOMAXPROCS=8 in the
-// environment) the resync copied 967 and 1,006 MB/s where two gave 696 and
-// 751, alternated; eight for the storage servers only, against one, 809 /
-// 667 against 633 / 475. More Ps than cores cost a server that answers
-// small requests one at a time (cluster.serviceEnv), so a server takes
-// resyncWorkers more while a chain it heads or serves in has a member
-// syncing, and gives them back when none has.
+// A goroutine in a system call keeps its Go processor (P) until the
+// runtime's monitor takes it back, so a server with as few Ps as cores
+// (one per server in a one-machine cluster, see cluster.serviceEnv) lets
+// requests that are ready to run wait while others block for
+// milliseconds. Two kinds of work do:
+//
+//   - A resync keeps resyncWorkers chunk copies in flight per chain: on
+//     the member each creates the chunk's two files and writes 1 MiB with
+//     O_DIRECT, on the head each sends with sendfile into a full socket.
+//     A runtime trace of the member during a resync (2026-11-27,
+//     TestResyncSpeed, 2 GiB under a client writing) had its copy handlers
+//     runnable but waiting for a P 42-46 % of the time, and running Go code
+//     2 %. With eight Ps per process (GOMAXPROCS=8 in the environment) the
+//     resync copied 967 and 1,006 MB/s where two gave 696 and 751,
+//     alternated; eight for the storage servers only, against one, 809 /
+//     667 against 633 / 475.
+//   - Large client writes (largewrites.go) each fill a megabyte of page
+//     cache, which on the development VM takes milliseconds.
+//
+// More Ps than cores cost a server that answers small requests one at a
+// time (two Ps per storage server instead of one took one fio job's random
+// 4 KiB writes with two copies from 8,509-10,705 to 7,274-7,559 IOPS), so a
+// server takes extraProcs only while it does such work, and gives them back
+// after.
 
-// resyncProcs is the process's count of Services taking part in a resync
-// and the GOMAXPROCS to return to when none does. Several Services share
-// one process in tests, and GOMAXPROCS is the process's.
-var resyncProcs procBoost
+// extraProcs counts the holders of the process's extra Ps and keeps the
+// GOMAXPROCS to return to when none holds them. Several Services share one
+// process in tests, and GOMAXPROCS is the process's.
+var extraProcs procBoost
+
+// procsExtra is how many Ps a holder adds: one per resync copy in flight.
+const procsExtra = resyncWorkers
 
 // procBoost raises GOMAXPROCS by extra while anyone holds it.
 type procBoost struct {
@@ -78,7 +88,7 @@ func (s *Service) resyncing(v *chainView) bool {
 	return false
 }
 
-// followResyncs holds resyncProcs while map v has this server take part in
+// followResyncs holds extraProcs while map v has this server take part in
 // a resync, and releases it when a later map has it take part in none.
 func (s *Service) followResyncs(v *chainView) {
 	busy := s.resyncing(v)
@@ -91,7 +101,7 @@ func (s *Service) followResyncs(v *chainView) {
 	s.holdProcs(busy)
 }
 
-// releaseProcs gives resyncProcs back for good: the server is closing.
+// releaseProcs gives extraProcs back for good: the server is closing.
 func (s *Service) releaseProcs() {
 	s.procsMu.Lock()
 	defer s.procsMu.Unlock()
@@ -102,10 +112,10 @@ func (s *Service) releaseProcs() {
 func (s *Service) holdProcs(busy bool) {
 	switch {
 	case busy && !s.procsHeld:
-		resyncProcs.hold(resyncWorkers)
+		extraProcs.hold(procsExtra)
 		s.logf("storage: taking part in a resync: %d Go processors until it ends", runtime.GOMAXPROCS(0))
 	case !busy && s.procsHeld:
-		resyncProcs.release()
+		extraProcs.release()
 		s.logf("storage: no resync of this server's chains runs: %d Go processors again", runtime.GOMAXPROCS(0))
 	}
 	s.procsHeld = busy

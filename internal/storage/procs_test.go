@@ -3,6 +3,7 @@ package storage
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"tandemfs/internal/proto"
 )
@@ -74,5 +75,34 @@ func TestResyncProcessorsAreSharedByTheServersOfOneProcess(t *testing.T) {
 	b.releaseProcs()
 	if got := runtime.GOMAXPROCS(0); got != base {
 		t.Fatalf("both closed: GOMAXPROCS %d, want %d back", got, base)
+	}
+}
+
+func TestLargeWritesTakeMoreProcessorsUntilTheyStopComing(t *testing.T) {
+	base := runtime.GOMAXPROCS(0)
+	l := newLargeWrites(time.Second)
+	t.Cleanup(l.close)
+	l.note(4 << 10)
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Fatalf("after a 4 KiB write: GOMAXPROCS %d, want %d", got, base)
+	}
+	// A stream of large writes for longer than the linger, each within
+	// the linger of the one before: the processors stay throughout.
+	for range 120 {
+		l.note(1 << 20)
+		time.Sleep(10 * time.Millisecond)
+		if got := runtime.GOMAXPROCS(0); got != base+procsExtra {
+			t.Fatalf("10 ms after a large write: GOMAXPROCS %d, want %d", got, base+procsExtra)
+		}
+	}
+	waitFor(t, "the processors given back after the writes stop", func() bool { return runtime.GOMAXPROCS(0) == base })
+	l.note(1 << 20)
+	l.close()
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Fatalf("closed while holding: GOMAXPROCS %d, want %d", got, base)
+	}
+	l.note(1 << 20)
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Fatalf("a large write after close: GOMAXPROCS %d, want %d", got, base)
 	}
 }

@@ -94,7 +94,9 @@ type Service struct {
 	reg       chan struct{} // closed at the first successful registration
 	closeOnce sync.Once
 
-	// procsMu guards procsHeld, whether this server holds resyncProcs,
+	large *largeWrites // holds extraProcs while large writes arrive
+
+	// procsMu guards procsHeld, whether this server holds extraProcs,
 	// and procsVersion, the map it decided that from (procs.go).
 	procsMu      sync.Mutex
 	procsHeld    bool
@@ -171,6 +173,7 @@ func newService(cfg Config) (*Service, error) {
 	s.resyncs.running = map[[2]uint32]*resyncJob{}
 	s.resyncs.done = map[[2]uint32]uint32{}
 	s.share = newResyncShare(cfg.ResyncShare)
+	s.large = newLargeWrites(largeWriteLinger)
 	s.dirty.init(time.Now)
 	if s.logf == nil {
 		s.logf = log.Printf
@@ -298,6 +301,7 @@ func (s *Service) Close() error {
 		}
 		s.wg.Wait()
 		s.releaseProcs()
+		s.large.close()
 		for _, c := range append(s.metas, s.private...) {
 			c.Close()
 		}
