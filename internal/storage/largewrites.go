@@ -13,7 +13,9 @@ import (
 // fresh one-machine cluster (the suite's fio phase, 256 MiB, two copies;
 // three alternated rounds, 2026-11-27) ran at 371-402 MB/s with nine Ps
 // per storage server and 294-375 with one for one job, 337-381 against
-// 320-343 for two.
+// 320-343 for two; with the extra Ps taken here, 349-376 against 305-325
+// and 315-351 against 293-311, random 4 KiB writes the same within the
+// noise.
 
 const (
 	// largeWriteMin is the smallest write that counts: a random 4 KiB

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"sync"
 
@@ -69,8 +70,19 @@ func (b *procBoost) release() {
 		return
 	}
 	if b.holders--; b.holders == 0 {
-		runtime.GOMAXPROCS(b.base)
+		restoreProcs(b.base)
 	}
+}
+
+// restoreProcs puts GOMAXPROCS back to base. Where the environment does not
+// set it, base was the runtime's default, which follows the CPUs and the
+// container's CPU limit until GOMAXPROCS is called: that following resumes.
+func restoreProcs(base int) {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.SetDefaultGOMAXPROCS()
+		return
+	}
+	runtime.GOMAXPROCS(base)
 }
 
 // resyncing says whether this server takes part in a resync under map v:
@@ -116,7 +128,8 @@ func (s *Service) holdProcs(busy bool) {
 		s.logf("storage: taking part in a resync: %d Go processors until it ends", runtime.GOMAXPROCS(0))
 	case !busy && s.procsHeld:
 		extraProcs.release()
-		s.logf("storage: no resync of this server's chains runs: %d Go processors again", runtime.GOMAXPROCS(0))
+		// Large writes may still hold the extra Ps (largewrites.go).
+		s.logf("storage: no resync of this server's chains runs: its hold on the extra Go processors ends")
 	}
 	s.procsHeld = busy
 }

@@ -44,9 +44,9 @@ func TestAServerTakesMoreProcessorsOnlyWhileItTakesPartInAResync(t *testing.T) {
 	}{
 		{"no member syncing", mapOf(1, chainOf(1, []uint32{1, 9}, serving, serving)), base},
 		{"another server's chain syncing", mapOf(2, chainOf(1, []uint32{8, 9}, serving, syncing)), base},
-		{"heading a chain whose member syncs", mapOf(3, chainOf(1, []uint32{1, 9}, serving, syncing)), base + resyncWorkers},
-		{"and a second chain syncing", mapOf(4, chainOf(1, []uint32{1, 9}, serving, syncing), chainOf(2, []uint32{8, 2}, serving, syncing)), base + resyncWorkers},
-		{"a syncing member of its own", mapOf(5, chainOf(2, []uint32{8, 2}, serving, syncing)), base + resyncWorkers},
+		{"heading a chain whose member syncs", mapOf(3, chainOf(1, []uint32{1, 9}, serving, syncing)), base + procsExtra},
+		{"and a second chain syncing", mapOf(4, chainOf(1, []uint32{1, 9}, serving, syncing), chainOf(2, []uint32{8, 2}, serving, syncing)), base + procsExtra},
+		{"a syncing member of its own", mapOf(5, chainOf(2, []uint32{8, 2}, serving, syncing)), base + procsExtra},
 		{"every member serving again", mapOf(6, chainOf(2, []uint32{8, 2}, serving, serving)), base},
 		{"an older map, loaded late", mapOf(5, chainOf(2, []uint32{8, 2}, serving, syncing)), base},
 	}
@@ -64,12 +64,12 @@ func TestResyncProcessorsAreSharedByTheServersOfOneProcess(t *testing.T) {
 	busy := mapOf(1, chainOf(1, []uint32{1, 2}, proto.MemberServing, proto.MemberSyncing))
 	a.followResyncs(busy)
 	b.followResyncs(busy)
-	if got := runtime.GOMAXPROCS(0); got != base+resyncWorkers {
-		t.Fatalf("two servers in one resync: GOMAXPROCS %d, want %d (raised once)", got, base+resyncWorkers)
+	if got := runtime.GOMAXPROCS(0); got != base+procsExtra {
+		t.Fatalf("two servers in one resync: GOMAXPROCS %d, want %d (raised once)", got, base+procsExtra)
 	}
 	a.releaseProcs() // a closes
-	if got := runtime.GOMAXPROCS(0); got != base+resyncWorkers {
-		t.Fatalf("one of them closed: GOMAXPROCS %d, want %d while the other resyncs", got, base+resyncWorkers)
+	if got := runtime.GOMAXPROCS(0); got != base+procsExtra {
+		t.Fatalf("one of them closed: GOMAXPROCS %d, want %d while the other resyncs", got, base+procsExtra)
 	}
 	a.followResyncs(mapOf(2, busy.chains[1])) // a closed server takes no part
 	b.releaseProcs()
