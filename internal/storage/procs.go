@@ -22,8 +22,8 @@ import (
 //     O_DIRECT, on the head each sends with sendfile into a full socket.
 //     A runtime trace of the member during a resync (2026-11-27,
 //     TestResyncSpeed, 2 GiB under a client writing) had its copy handlers
-//     runnable but waiting for a P 42-46 % of the time, and running Go code
-//     2 %. With eight Ps per process (GOMAXPROCS=8 in the environment) the
+//     runnable but waiting for a P 56-58 % of the time with one P and
+//     42-45 % with two, and running Go code 1-2 %. With eight Ps per process (GOMAXPROCS=8 in the environment) the
 //     resync copied 967 and 1,006 MB/s where two gave 696 and 751,
 //     alternated; eight for the storage servers only, against one, 809 /
 //     667 against 633 / 475.
