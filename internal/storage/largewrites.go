@@ -32,10 +32,11 @@ const (
 type largeWrites struct {
 	linger time.Duration
 	last   atomic.Int64 // when the latest large write came, in UnixNano
-	held   atomic.Bool  // mirrors holds, for the writes' fast path
+	// held says extraProcs is held; it changes only under mu, and writes
+	// read it without mu.
+	held atomic.Bool
 
 	mu     sync.Mutex
-	holds  bool // extraProcs is held
 	closed bool
 	timer  *time.Timer
 }
@@ -53,11 +54,10 @@ func (l *largeWrites) note(n int) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.holds || l.closed {
+	if l.held.Load() || l.closed {
 		return
 	}
 	extraProcs.hold(procsExtra)
-	l.holds = true
 	l.held.Store(true)
 	l.timer = time.AfterFunc(l.linger, l.expire)
 }
@@ -67,7 +67,7 @@ func (l *largeWrites) note(n int) {
 func (l *largeWrites) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.holds {
+	if !l.held.Load() {
 		return
 	}
 	if quiet := time.Since(time.Unix(0, l.last.Load())); quiet < l.linger {
@@ -82,7 +82,7 @@ func (l *largeWrites) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	if l.holds {
+	if l.held.Load() {
 		l.timer.Stop()
 		l.giveBack()
 	}
@@ -90,6 +90,5 @@ func (l *largeWrites) close() {
 
 func (l *largeWrites) giveBack() {
 	extraProcs.release()
-	l.holds = false
 	l.held.Store(false)
 }
