@@ -71,6 +71,17 @@ func stillWaiting(t *testing.T, done <-chan error, what string) {
 	}
 }
 
+// allSucceed waits for each of dones, in order, and fails the test on an
+// error.
+func allSucceed(t *testing.T, dones ...<-chan error) {
+	t.Helper()
+	for _, done := range dones {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestAnFsyncAskedForDuringAGroupSyncWaitsForTheNext(t *testing.T) {
 	fs := lazyFS(t)
 	wal := &walFile{gate: make(chan struct{})}
@@ -83,13 +94,9 @@ func TestAnFsyncAskedForDuringAGroupSyncWaitsForTheNext(t *testing.T) {
 	second := syncAsked(fs)
 	stillWaiting(t, second, "an fsync asked for while a sync ran returned before it ended")
 	wal.gate <- struct{}{} // the first sync ends; the second caller's starts
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	allSucceed(t, first)
 	wal.gate <- struct{}{}
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
+	allSucceed(t, second)
 	if n := wal.syncs.Load(); n != 2 {
 		t.Fatalf("%d fsyncs, want 2", n)
 	}
@@ -104,11 +111,7 @@ func TestAnFsyncWhoseRecordsARunningSyncTookSharesIt(t *testing.T) {
 	second := syncAsked(fs)
 	stillWaiting(t, second, "an fsync returned while the sync holding its record still ran")
 	close(wal.gate)
-	for _, done := range []<-chan error{first, second} {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
+	allSucceed(t, first, second)
 	if n := wal.syncs.Load(); n != 1 {
 		t.Fatalf("%d fsyncs, want the one both callers' records were in", n)
 	}
@@ -141,11 +144,7 @@ func TestCallersThatComeDuringOneSyncShareTheNext(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond) // let them queue
 	close(wal.gate)
-	for _, done := range waiting {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
+	allSucceed(t, waiting...)
 	if n := wal.syncs.Load(); n != 2 {
 		t.Fatalf("%d fsyncs for one running sync and three callers behind it, want 2", n)
 	}
