@@ -39,8 +39,9 @@ var errKeyNotFound = errors.New("not found")
 func openLogStore(dir string, syncEvery time.Duration, logf func(string, ...any)) (*logStore, error) {
 	s := &logStore{}
 	opts := &pebble.Options{Logger: quietLogger{logf}}
+	opts.FS = walPrefillFS{FS: vfs.Default, size: walPrefillBytes, logf: logf}
 	if syncEvery > 0 {
-		s.lazy = newLazySyncFS(vfs.Default, syncEvery)
+		s.lazy = newLazySyncFS(opts.FS, syncEvery)
 		opts.FS = s.lazy
 	}
 	db, err := pebble.Open(dir, opts)

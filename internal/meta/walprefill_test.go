@@ -1,0 +1,200 @@
+package meta
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
+)
+
+// The Raft log's WAL files are written in full before Pebble appends to
+// them, so that an fsync of the log does not also write the file's size.
+
+func TestNewWALIsWrittenAheadInFull(t *testing.T) {
+	for _, syncEvery := range []time.Duration{time.Hour, 0} {
+		dir := t.TempDir()
+		s, err := openLogStore(dir, syncEvery, t.Logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storeEntries(t, s, 1, 10)
+		if !hasFullWAL(t, dir) {
+			t.Errorf("sync every %v: no WAL file of %d bytes written in full among %v", syncEvery, walPrefillBytes, walFiles(t, dir))
+		}
+		s.Close()
+	}
+}
+
+// A crash leaves the zeros after the last record; the log reopens with
+// every entry stored before, and goes on.
+func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openLogStore(dir, time.Hour, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeEntries(t, s, 1, 1000)
+	if err := s.syncNow(); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash leaves on disk: the files as they are, never closed.
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	s.Close()
+	if !hasFullWAL(t, crashed) {
+		t.Fatal("the crashed log has no WAL file written ahead: nothing tested")
+	}
+
+	r, err := openLogStore(crashed, time.Hour, t.Logf)
+	if err != nil {
+		t.Fatalf("reopening after a crash: %v", err)
+	}
+	wantEntries(t, r, 1, 1000)
+	storeEntries(t, r, 1001, 1100)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = openLogStore(crashed, time.Hour, t.Logf)
+	if err != nil {
+		t.Fatalf("reopening after a clean close: %v", err)
+	}
+	defer r.Close()
+	wantEntries(t, r, 1, 1100)
+}
+
+// A disk that cannot take the zeros leaves an empty file, to grow as
+// Pebble writes it.
+func TestPrefillThatFailsLeavesTheFileEmpty(t *testing.T) {
+	f, err := vfs.Default.Create(filepath.Join(t.TempDir(), "000001.log"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	full := &fullAfter{File: f, limit: 3 << 20}
+	if err := prefill(full, walPrefillBytes); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("prefill on a full disk: %v, want ENOSPC", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != 0 {
+		t.Errorf("file left with %d bytes, want 0", st.Size())
+	}
+	if _, err := f.Write([]byte("record")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.Stat(); st.Size() != int64(len("record")) {
+		t.Errorf("a write after the failed prefill made the file %d bytes, want %d", st.Size(), len("record"))
+	}
+}
+
+// fullAfter is a file on a disk that fills up after limit bytes.
+type fullAfter struct {
+	vfs.File
+	limit int64
+}
+
+func (f *fullAfter) WriteAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > f.limit {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func storeEntries(t *testing.T, s *logStore, from, to uint64) {
+	t.Helper()
+	var logs []*raft.Log
+	for i := from; i <= to; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: entryData(i)})
+	}
+	if err := s.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantEntries(t *testing.T, s *logStore, from, to uint64) {
+	t.Helper()
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	if first != from || last != to {
+		t.Fatalf("log holds %d..%d, want %d..%d", first, last, from, to)
+	}
+	for i := from; i <= to; i++ {
+		var l raft.Log
+		if err := s.GetLog(i, &l); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if string(l.Data) != string(entryData(i)) {
+			t.Fatalf("entry %d holds %q, want %q", i, l.Data, entryData(i))
+		}
+	}
+}
+
+func entryData(i uint64) []byte {
+	return []byte(strings.Repeat("x", int(i%200)) + "/" + string(rune('a'+i%26)))
+}
+
+// hasFullWAL reports whether dir holds a WAL file written (not just
+// sized: a sparse file does not count) to walPrefillBytes.
+func hasFullWAL(t *testing.T, dir string) bool {
+	t.Helper()
+	for _, name := range walFiles(t, dir) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size >= walPrefillBytes && st.Blocks*512 >= walPrefillBytes {
+			return true
+		}
+	}
+	return false
+}
+
+func walFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if isWAL(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		src, err := os.Open(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := os.Create(filepath.Join(to, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(dst, src); err != nil {
+			t.Fatal(err)
+		}
+		src.Close()
+		dst.Close()
+	}
+}
