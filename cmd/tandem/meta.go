@@ -24,7 +24,7 @@ func init() {
 		noInline                                bool
 		chunk                                   string
 		count                                   uint32
-		syncEvery, failureTimeout               time.Duration
+		syncEvery, failureTimeout, pollNext     time.Duration
 		peers                                   []string
 		fenceFile                               string
 	)
@@ -49,6 +49,9 @@ func init() {
 			if syncEvery == 0 {
 				syncEvery = -1 // fsync every commit
 			}
+			if pollNext < 0 {
+				return fmt.Errorf("--poll-next %v: want 0 (off) or a positive duration such as 200us", pollNext)
+			}
 			var fences *fence.Config
 			if fenceFile != "" {
 				if fences, err = fence.Load(fenceFile); err != nil {
@@ -59,7 +62,7 @@ func init() {
 				return fmt.Errorf("--failure-timeout %v: at least 1s (heartbeats go every 500ms)", failureTimeout)
 			}
 			svc, err := meta.Start(meta.Config{
-				SyncEvery: syncEvery, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout,
+				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout,
 				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
@@ -89,6 +92,8 @@ func init() {
 	f.StringArrayVar(&peers, "peer", nil, "a metadata replica as ID=ADDR,RAFTADDR; repeat for every replica, this one included (3 replicas survive one failure)")
 	f.DurationVar(&syncEvery, "sync-every", 100*time.Millisecond,
 		"fsync the metadata log this often (changes survive a process crash at once, a power failure after this delay or an application's fsync); 0 fsyncs every change")
+	f.DurationVar(&pollNext, "poll-next", 200*time.Microsecond,
+		"after a reply, poll for the next request this long before letting the CPU idle (lower latency for clients that call in a row, at the cost of that CPU time); 0 turns it off")
 	f.StringVar(&fenceFile, "fence-config", "", "JSON file naming the fence agents to run against a failed storage server (see docs/ha.md)")
 	f.DurationVar(&failureTimeout, "failure-timeout", 3*time.Second, "a storage server silent this long on the public network is failed over")
 	cmd.MarkFlagRequired("data")

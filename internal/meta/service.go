@@ -67,6 +67,10 @@ type Config struct {
 	// SessionTimeout is how long a client may stay silent before files it
 	// held open after unlinking them are deleted (default 60 s).
 	SessionTimeout time.Duration
+	// PollNext is how long the service polls its connections for the
+	// next request after a reply before it lets its CPU idle (rpc's
+	// pollnext.go); 0 sleeps at once.
+	PollNext time.Duration
 
 	Logf      func(format string, args ...any)
 	LogOutput io.Writer
@@ -175,7 +179,8 @@ func Start(cfg Config) (*Service, error) {
 		s.Close()
 		return nil, err
 	}
-	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf, Observer: servedMetrics}
+	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf, Observer: servedMetrics,
+		PollNext: cfg.PollNext}
 	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.leadershipLoop() }()
 	go func() { defer s.wg.Done(); s.failureLoop() }()

@@ -31,12 +31,20 @@ func echoServer(t *testing.T, s Secret) (*Server, string, *logBuf) {
 // observedEchoServer is echoServer telling obs of every request served.
 func observedEchoServer(t *testing.T, s Secret, obs Observer) (*Server, string, *logBuf) {
 	t.Helper()
+	return startEchoServer(t, &Server{Secret: s, Observer: obs})
+}
+
+// startEchoServer serves the echo server's operations with srv, as
+// configured, on a new loopback port.
+func startEchoServer(t *testing.T, srv *Server) (*Server, string, *logBuf) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &logBuf{}
-	srv := &Server{Name: "test", Secret: s, Logf: logs.printf, Handler: func(op uint16, d *wire.Dec, e *wire.Enc) error {
+	srv.Name, srv.Logf = "test", logs.printf
+	srv.Handler = func(op uint16, d *wire.Dec, e *wire.Enc) error {
 		switch op {
 		case 1:
 			b := d.Bytes(1 << 30)
@@ -54,7 +62,7 @@ func observedEchoServer(t *testing.T, s Secret, obs Observer) (*Server, string, 
 			return nil
 		}
 		return Errorf(syscall.ENOSYS, "unknown op %d", op)
-	}, Observer: obs}
+	}
 	go srv.Serve(ln)
 	t.Cleanup(srv.Close)
 	return srv, ln.Addr().String(), logs

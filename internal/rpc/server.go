@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"tandemfs/internal/wire"
@@ -35,6 +36,11 @@ type Server struct {
 	Logf    func(format string, args ...any)
 	// Observer, if set, is told of every request served.
 	Observer Observer
+	// PollNext, if set, is how long the goroutine that sent a reply polls
+	// the server's connections for the next request before it lets its
+	// Go processor go idle (pollnext.go). Set it before Serve.
+	PollNext time.Duration
+	polls    pollSet
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -57,6 +63,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.ln = ln
 	if s.conns == nil {
 		s.conns = map[net.Conn]struct{}{}
+	}
+	if sc, ok := ln.(syscall.Conn); ok && s.PollNext > 0 {
+		untrack := s.track(sc)
+		defer func() { s.mu.Lock(); untrack(); s.mu.Unlock() }()
 	}
 	s.mu.Unlock()
 	for {
@@ -116,6 +126,12 @@ func (s *Server) serveConn(c net.Conn) {
 		s.logf("refused connection from %s: %v", c.RemoteAddr(), err)
 		return
 	}
+	if sc, ok := c.(syscall.Conn); ok && s.PollNext > 0 {
+		s.mu.Lock()
+		untrack := s.track(sc)
+		s.mu.Unlock()
+		defer func() { s.mu.Lock(); untrack(); s.mu.Unlock() }()
+	}
 	var in, space []byte
 	out := make([]byte, 0, 64<<10)
 	r := bufio.NewReaderSize(c, 64<<10)
@@ -131,6 +147,9 @@ func (s *Server) serveConn(c net.Conn) {
 		out = s.serveFrame(in, out)
 		if _, err := c.Write(out); err != nil {
 			return
+		}
+		if s.PollNext > 0 && r.Buffered() == 0 {
+			s.pollNext()
 		}
 		if cap(out) > 8<<20 {
 			out = make([]byte, 0, 64<<10) // do not pin huge buffers

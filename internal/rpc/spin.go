@@ -28,10 +28,15 @@ import (
 // that replies come later, sleeps at once and costs no polling. Between
 // polls the thread yields its CPU to any other runnable thread, and a
 // goroutine yields its Go processor to other goroutines, so a poller
-// delays no one for long. Servers do not poll for the next request: it
-// comes a whole client round trip later, and polling that long took the
-// CPU from the servers doing the work (measured: 4,500-4,900 random
-// 4 KiB writes/s against 6,300-6,700).
+// delays no one for long. Storage servers do not poll for the next
+// request: it comes a whole client round trip later, and polling that
+// long took the CPU from the servers doing the work (measured: 4,500-4,900
+// random 4 KiB writes/s against 6,300-6,700; polling all of a server's
+// connections at once, as pollnext.go does, measured again on 2026-11-27:
+// random 4 KiB writes 7,615-9,416 against 7,988-8,671/s with one job,
+// 9,565-10,727 against 10,595-12,048 with two, sequential writes no
+// faster). The metadata service, whose clients wait on it for every
+// create, does poll (Server.PollNext).
 
 // spinMax is how long a caller polls for its reply before sleeping;
 // TANDEM_RPC_SPIN_US sets it in microseconds (0 turns polling off).
