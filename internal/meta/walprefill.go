@@ -14,7 +14,7 @@ import (
 // An fsync of a file that grew must write the file's inode as well as the
 // new data, one more write the disk does before the fsync returns. Every
 // application fsync of a small (inline) file and every commit under
-// `--sync always` waits for an fsync of the Raft log, so that write is in
+// `--sync-every 0` waits for an fsync of the Raft log, so that write is in
 // their latency: on the development VM (ext4), a 150-byte append plus
 // fdatasync took 215-240 µs on a growing file and 144-164 µs on a file
 // already written that far (2026-11-27). Pebble itself recycles a WAL file

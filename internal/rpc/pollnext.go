@@ -22,9 +22,9 @@ import (
 // network poller then hands that request to its connection's goroutine
 // on the same running thread. On the 2-core development VM (2026-11-27,
 // metadata service polling for 200 µs, three alternated rounds): serial
-// empty creates 7,897-9,531 against 5,718-6,573/s, two processes'
-// creates 9,664-10,120 against 7,475-8,641/s, 3 KiB files written and
-// fsynced 1,416-1,925 against 1,167-1,374/s.
+// empty creates 8,849-9,901 against 6,885-7,063/s, two processes'
+// creates 9,850-11,320 against 7,551-8,760/s, 3 KiB files written and
+// fsynced 1,514-2,037 against 1,276-1,464/s.
 //
 // One goroutine polls at a time, and it polls all the connections, not
 // just its own: a poller holds its Go processor meanwhile, and in a
