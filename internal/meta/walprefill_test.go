@@ -2,6 +2,7 @@ package meta
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -67,6 +68,43 @@ func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
 	}
 	defer r.Close()
 	wantEntries(t, r, 1, 1100)
+}
+
+// A crash while a new WAL file was being written ahead (Pebble has
+// already closed the one before it, with its EOF trailer) leaves a newest
+// WAL of nothing but zeros; the log opens with every entry.
+func TestLogOpensWithANewestWALOfOnlyZeros(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openLogStore(dir, time.Hour, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeEntries(t, s, 1, 500)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	newest := 0
+	for _, name := range walFiles(t, dir) {
+		var n int
+		if _, err := fmt.Sscanf(name, "%06d.log", &n); err == nil && n > newest {
+			newest = n
+		}
+	}
+	if newest == 0 {
+		t.Fatalf("no WAL file in %s", dir)
+	}
+	zeros := make([]byte, 3<<20) // cut short: the crash came mid-way
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%06d.log", newest+1)), zeros, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := openLogStore(dir, time.Hour, t.Logf)
+	if err != nil {
+		t.Fatalf("opening with a newest WAL of zeros: %v", err)
+	}
+	defer r.Close()
+	wantEntries(t, r, 1, 500)
+	storeEntries(t, r, 501, 510)
+	wantEntries(t, r, 1, 510)
 }
 
 // A disk that cannot take the zeros leaves an empty file, to grow as
