@@ -39,7 +39,7 @@ var errKeyNotFound = errors.New("not found")
 func openLogStore(dir string, syncEvery time.Duration, logf func(string, ...any)) (*logStore, error) {
 	s := &logStore{}
 	opts := &pebble.Options{Logger: quietLogger{logf}}
-	opts.FS = walPrefillFS{FS: vfs.Default, size: walPrefillBytes, logf: logf}
+	opts.FS = newWALPrefillFS(vfs.Default, logf)
 	if syncEvery > 0 {
 		s.lazy = newLazySyncFS(opts.FS, syncEvery)
 		opts.FS = s.lazy

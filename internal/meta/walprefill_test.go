@@ -26,10 +26,24 @@ func TestNewWALIsWrittenAheadInFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		storeEntries(t, s, 1, 10)
-		if !hasFullWAL(t, dir) {
-			t.Errorf("sync every %v: no WAL file of %d bytes written in full among %v", syncEvery, walPrefillBytes, walFiles(t, dir))
+		if !hasFullWAL(t, dir, walPrefillFirst) {
+			t.Errorf("sync every %v: no WAL file of %d bytes written in full among %v", syncEvery, walPrefillFirst, walFiles(t, dir))
 		}
 		s.Close()
+	}
+}
+
+// New WAL files are written ahead as far as their memtables grow:
+// 512 KiB first (twice Pebble's first memtable), doubling to 8 MiB.
+func TestWALsAreWrittenAheadAsFarAsTheirMemtablesGrow(t *testing.T) {
+	fs := newWALPrefillFS(vfs.Default, t.Logf)
+	var got []int64
+	for range 7 {
+		got = append(got, fs.take())
+	}
+	want := []int64{512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 8 << 20, 8 << 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("written ahead in successive new WAL files: %v, want %v", got, want)
 	}
 }
 
@@ -49,7 +63,7 @@ func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
 	crashed := t.TempDir()
 	copyDir(t, dir, crashed)
 	s.Close()
-	if !hasFullWAL(t, crashed) {
+	if !hasFullWAL(t, crashed, walPrefillFirst) {
 		t.Fatal("the crashed log has no WAL file written ahead: nothing tested")
 	}
 
@@ -116,7 +130,7 @@ func TestPrefillThatFailsLeavesTheFileEmpty(t *testing.T) {
 	}
 	defer f.Close()
 	full := &fullAfter{File: f, limit: 3 << 20}
-	if err := prefill(full, walPrefillBytes); !errors.Is(err, syscall.ENOSPC) {
+	if err := prefill(full, walPrefillMax); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("prefill on a full disk: %v, want ENOSPC", err)
 	}
 	st, err := f.Stat()
@@ -181,15 +195,15 @@ func entryData(i uint64) []byte {
 }
 
 // hasFullWAL reports whether dir holds a WAL file written (not just
-// sized: a sparse file does not count) to walPrefillBytes.
-func hasFullWAL(t *testing.T, dir string) bool {
+// sized: a sparse file does not count) to size bytes.
+func hasFullWAL(t *testing.T, dir string, size int64) bool {
 	t.Helper()
 	for _, name := range walFiles(t, dir) {
 		var st syscall.Stat_t
 		if err := syscall.Stat(filepath.Join(dir, name), &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Size >= walPrefillBytes && st.Blocks*512 >= walPrefillBytes {
+		if st.Size >= size && st.Blocks*512 >= size {
 			return true
 		}
 	}
