@@ -109,3 +109,36 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A server with more connections than pollNextMaxConns does not poll:
+// that many clients keep it busy without, and poll(2) costs per
+// descriptor.
+func TestServerWithManyConnectionsDoesNotPoll(t *testing.T) {
+	srv, addr, _ := startEchoServer(t, &Server{Secret: secret, PollNext: 50 * time.Millisecond})
+	var clients []*Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for range pollNextMaxConns + 1 {
+		c := NewClient(addr, secret)
+		clients = append(clients, c)
+		if _, err := echo(c, []byte("connect")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every connection in the poll set", func() bool {
+		set := srv.polls.fds.Load()
+		return set != nil && len(*set) == pollNextMaxConns+2 // and the listener
+	})
+	before := srv.polls.found.Load()
+	for range 20 {
+		if _, err := echo(clients[0], []byte("next")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if found := srv.polls.found.Load() - before; found != 0 {
+		t.Errorf("a server with %d connections saw %d requests by polling, want none", pollNextMaxConns+1, found)
+	}
+}
