@@ -53,10 +53,14 @@ type pollSet struct {
 }
 
 // track adds the descriptor of c (a connection, or the listener, whose
-// new connections end a poll too) to the set of s and returns the
-// function that removes it. Called with s.mu held, as are the removals.
-func (s *Server) track(c syscall.Conn) (untrack func()) {
-	fd, ok := connFd(c)
+// new connections end a poll too) to the set of s, if s polls, and
+// returns the function that removes it.
+func (s *Server) track(c any) (untrack func()) {
+	sc, ok := c.(syscall.Conn)
+	if !ok || s.PollNext <= 0 {
+		return func() {}
+	}
+	fd, ok := connFd(sc)
 	if !ok {
 		return func() {}
 	}
@@ -75,7 +79,11 @@ func (s *Server) track(c syscall.Conn) (untrack func()) {
 	}
 }
 
+// rebuildPollSet replaces the poll set with change applied to a copy of
+// it; s.mu orders the changes.
 func (s *Server) rebuildPollSet(change func([]unix.PollFd) []unix.PollFd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var fds []unix.PollFd
 	if old := s.polls.fds.Load(); old != nil {
 		fds = append(fds, *old...)

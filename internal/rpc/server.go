@@ -8,7 +8,6 @@ import (
 	"log"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"tandemfs/internal/wire"
@@ -64,11 +63,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.conns == nil {
 		s.conns = map[net.Conn]struct{}{}
 	}
-	if sc, ok := ln.(syscall.Conn); ok && s.PollNext > 0 {
-		untrack := s.track(sc)
-		defer func() { s.mu.Lock(); untrack(); s.mu.Unlock() }()
-	}
 	s.mu.Unlock()
+	defer s.track(ln)()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -126,12 +122,7 @@ func (s *Server) serveConn(c net.Conn) {
 		s.logf("refused connection from %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	if sc, ok := c.(syscall.Conn); ok && s.PollNext > 0 {
-		s.mu.Lock()
-		untrack := s.track(sc)
-		s.mu.Unlock()
-		defer func() { s.mu.Lock(); untrack(); s.mu.Unlock() }()
-	}
+	defer s.track(c)()
 	var in, space []byte
 	out := make([]byte, 0, 64<<10)
 	r := bufio.NewReaderSize(c, 64<<10)
