@@ -21,10 +21,7 @@ import (
 func TestNewWALIsWrittenAheadInFull(t *testing.T) {
 	for _, syncEvery := range []time.Duration{time.Hour, 0} {
 		dir := t.TempDir()
-		s, err := openLogStore(dir, syncEvery, t.Logf)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openLog(t, dir, syncEvery, "opening the log")
 		storeEntries(t, s, 1, 10)
 		if !hasFullWAL(t, dir, walPrefillFirst) {
 			t.Errorf("sync every %v: no WAL file of %d bytes written in full among %v", syncEvery, walPrefillFirst, walFiles(t, dir))
@@ -51,10 +48,7 @@ func TestWALsAreWrittenAheadAsFarAsTheirMemtablesGrow(t *testing.T) {
 // every entry stored before, and goes on.
 func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, time.Hour, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openLog(t, dir, time.Hour, "opening the log")
 	storeEntries(t, s, 1, 1000)
 	if err := s.syncNow(); err != nil {
 		t.Fatal(err)
@@ -67,19 +61,13 @@ func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
 		t.Fatal("the crashed log has no WAL file written ahead: nothing tested")
 	}
 
-	r, err := openLogStore(crashed, time.Hour, t.Logf)
-	if err != nil {
-		t.Fatalf("reopening after a crash: %v", err)
-	}
+	r := openLog(t, crashed, time.Hour, "reopening after a crash")
 	wantEntries(t, r, 1, 1000)
 	storeEntries(t, r, 1001, 1100)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err = openLogStore(crashed, time.Hour, t.Logf)
-	if err != nil {
-		t.Fatalf("reopening after a clean close: %v", err)
-	}
+	r = openLog(t, crashed, time.Hour, "reopening after a clean close")
 	defer r.Close()
 	wantEntries(t, r, 1, 1100)
 }
@@ -89,10 +77,7 @@ func TestLogReopensAfterCrashWithZerosAfterItsRecords(t *testing.T) {
 // WAL of nothing but zeros; the log opens with every entry.
 func TestLogOpensWithANewestWALOfOnlyZeros(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, time.Hour, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openLog(t, dir, time.Hour, "opening the log")
 	storeEntries(t, s, 1, 500)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -111,10 +96,7 @@ func TestLogOpensWithANewestWALOfOnlyZeros(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%06d.log", newest+1)), zeros, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := openLogStore(dir, time.Hour, t.Logf)
-	if err != nil {
-		t.Fatalf("opening with a newest WAL of zeros: %v", err)
-	}
+	r := openLog(t, dir, time.Hour, "opening with a newest WAL of zeros")
 	defer r.Close()
 	wantEntries(t, r, 1, 500)
 	storeEntries(t, r, 501, 510)
@@ -159,6 +141,16 @@ func (f *fullAfter) WriteAt(p []byte, off int64) (int, error) {
 		return 0, syscall.ENOSPC
 	}
 	return f.File.WriteAt(p, off)
+}
+
+// openLog opens the log store in dir, failing the test with what on error.
+func openLog(t *testing.T, dir string, syncEvery time.Duration, what string) *logStore {
+	t.Helper()
+	s, err := openLogStore(dir, syncEvery, t.Logf)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return s
 }
 
 func storeEntries(t *testing.T, s *logStore, from, to uint64) {
