@@ -8,8 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Bulk writes (a resync copying whole chunks to a returning member) go to
-// the disk with O_DIRECT when they are large and aligned.
+// Writes a server keeps for durability rather than for readers go to the
+// disk with O_DIRECT when they are large and aligned: a resync's copies of
+// whole chunks to a returning member, and a chain member's copy of each
+// client write (clients read from the head, so the member's page cache
+// would hold data nobody reads; on a one-machine cluster, every byte
+// twice).
 //
 // Measured on the development VM (2026-11-22): writing 1 GiB of new data
 // into the page cache costs about 3 ms of CPU per MiB (the hypervisor
@@ -18,11 +22,14 @@ import (
 // fsync at the end, while O_DIRECT writes of the same data run at 700-800
 // MB/s using 5% of a core. The member of a resync was CPU-bound in pwrite;
 // with O_DIRECT a 1 GiB resync ran at 426-431 MB/s instead of 235-265, and
-// with a client writing meanwhile at 204-386 instead of 118-145. Clients'
-// sequential writes did not gain (each write then waits for the disk), so
-// they stay buffered, as do small and unaligned writes, which need the
-// page cache to merge partial blocks. Lustre's object servers write bulk
-// data directly as well.
+// with a client writing meanwhile at 204-386 instead of 118-145. The
+// head's copy of a client write stays buffered: with O_DIRECT on both
+// copies each write waited for the disk and the benchmark suite's
+// sequential writes got slower (2026-11-23); with it on the member only
+// they got faster (2026-11-27, docs/benchmarks.md), and the storage
+// servers' CPU per MiB fell by a third. Small and unaligned writes stay
+// buffered everywhere: they need the page cache to merge partial blocks.
+// Lustre's object servers write bulk data directly as well.
 const (
 	directAlign = 4096
 	directMin   = 64 << 10 // smaller writes gain little and wait for the disk

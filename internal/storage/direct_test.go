@@ -20,14 +20,14 @@ func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := pattern(9, 1<<20)
-	if err := tg.WriteBulk(9, 0, 0, whole[:256<<10]); err != nil { // aligned: O_DIRECT
+	if err := tg.WriteUncached(9, 0, 0, whole[:256<<10]); err != nil { // aligned: O_DIRECT
 		t.Fatal(err)
 	}
-	if err := tg.WriteBulk(9, 0, 256<<10, whole[256<<10:]); err != nil {
+	if err := tg.WriteUncached(9, 0, 256<<10, whole[256<<10:]); err != nil {
 		t.Fatal(err)
 	}
 	tail := pattern(10, 5000) // unaligned end: buffered
-	if err := tg.WriteBulk(9, 0, 1<<20, tail); err != nil {
+	if err := tg.WriteUncached(9, 0, 1<<20, tail); err != nil {
 		t.Fatal(err)
 	}
 	want := append(append([]byte{}, whole...), tail...)
@@ -83,7 +83,7 @@ func TestWriteDirectUsesAnODirectDescriptor(t *testing.T) {
 // drop and the early writeback reach the real file through it too.
 func TestTheFaultInjectingFileSystemKeepsTheRealFilesCachingBehaviour(t *testing.T) {
 	onEachFS(t, func(t *testing.T, tg *Target) {
-		if err := tg.WriteBulk(5, 0, 0, pattern(5, 1<<20)); err != nil {
+		if err := tg.WriteUncached(5, 0, 0, pattern(5, 1<<20)); err != nil {
 			t.Fatal(err)
 		}
 		path := tg.dataPath(5, 0)

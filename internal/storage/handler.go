@@ -111,6 +111,10 @@ func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.C
 
 func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
 	ref := &r.Chunk
+	// A resync's copies and a member's copy of a client's write are kept
+	// for durability, not for readers (reads go to the head), so their
+	// large aligned pieces bypass the page cache (direct.go).
+	uncached := r.Bulk || ref.Routing.Forwarded
 	if !r.Bulk {
 		// A client's write, taken as a head or forwarded by the head of
 		// another chain: either way it takes this server's disk and CPU
@@ -123,9 +127,9 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 			var err error
 			switch off := int64(r.Off); {
 			case r.Sums != nil:
-				err = st.WriteChecked(ref.Ino, ref.Index, off, r.Data, r.Sums, r.Bulk)
-			case r.Bulk:
-				err = st.WriteBulk(ref.Ino, ref.Index, off, r.Data)
+				err = st.WriteChecked(ref.Ino, ref.Index, off, r.Data, r.Sums, uncached)
+			case uncached:
+				err = st.WriteUncached(ref.Ino, ref.Index, off, r.Data)
 			default:
 				err = st.Write(ref.Ino, ref.Index, off, r.Data)
 			}

@@ -14,26 +14,27 @@ func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
 	return t.write(ino, idx, off, p, nil, false)
 }
 
-// WriteBulk is Write for copies of whole chunks (a resync): large aligned
-// pieces go to the disk with O_DIRECT (direct.go).
-func (t *Target) WriteBulk(ino, idx uint64, off int64, p []byte) error {
+// WriteUncached is Write for data this server keeps for durability rather
+// than for readers (a resync's copies, a chain member's copy of a client's
+// write): large aligned pieces go to the disk with O_DIRECT (direct.go).
+func (t *Target) WriteUncached(ino, idx uint64, off int64, p []byte) error {
 	return t.write(ino, idx, off, p, nil, true)
 }
 
-// WriteChecked is Write (or WriteBulk, if bulk) of data that comes with
+// WriteChecked is Write (or WriteUncached, if uncached) of data that comes with
 // its sender's checksum entries, sums (one per block of p, off a block
 // boundary; the last block may be short, as at the end of a chunk): a
 // block of p that matches neither checksum of its entry fails the write
 // with EIO before anything is written.
-func (t *Target) WriteChecked(ino, idx uint64, off int64, p, sums []byte, bulk bool) error {
+func (t *Target) WriteChecked(ino, idx uint64, off int64, p, sums []byte, uncached bool) error {
 	if off&blockMask != 0 || len(sums) != int(blocksIn(int64(len(p))))*entrySize {
 		return fmt.Errorf("write of %d bytes at offset %d with %d bytes of checksums: they must start at a block and have an entry per block: %w",
 			len(p), off, len(sums), syscall.EINVAL)
 	}
-	return t.write(ino, idx, off, p, sums, bulk)
+	return t.write(ino, idx, off, p, sums, uncached)
 }
 
-func (t *Target) write(ino, idx uint64, off int64, p, sums []byte, bulk bool) error {
+func (t *Target) write(ino, idx uint64, off int64, p, sums []byte, uncached bool) error {
 	if off < 0 || off+int64(len(p)) > MaxChunkSize {
 		return fmt.Errorf("write of %d bytes at offset %d: beyond the %d-byte chunk limit: %w", len(p), off, int64(MaxChunkSize), syscall.EFBIG)
 	}
@@ -41,7 +42,7 @@ func (t *Target) write(ino, idx uint64, off int64, p, sums []byte, bulk bool) er
 		return nil
 	}
 	k := chunkKey{ino, idx}
-	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p, sums, bulk) })
+	err := t.withChunk(k, true, true, func(ch *chunk) error { return t.writeLocked(ch, off, p, sums, uncached) })
 	return t.chunkErr("write", k, err)
 }
 
@@ -57,7 +58,7 @@ func (t *Target) chunkErr(op string, k chunkKey, err error) error {
 // contents), so that an interruption leaves every block old or new. With
 // sums (see WriteChecked) each block of p is checked against its entry
 // there before anything is written.
-func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, bulk bool) error {
+func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, uncached bool) error {
 	oldSize := ch.size
 	end := off + int64(len(p))
 	bs := off &^ blockMask
@@ -155,7 +156,7 @@ func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, bulk bool) er
 		// Entries written so far read {old, new} over old data: valid.
 		return t.resync(ch, err)
 	}
-	if err := writeData(ch, buf, ws, bulk); err != nil {
+	if err := writeData(ch, buf, ws, uncached); err != nil {
 		t.settle(ch, oldSize, first, ents, buf, ws)
 		return err
 	}
@@ -258,11 +259,11 @@ func (t *Target) settle(ch *chunk, oldSize, first int64, ents, buf []byte, ws in
 	}
 }
 
-// writeData writes buf at off of a chunk's data file; bulk writes with
+// writeData writes buf at off of a chunk's data file; uncached writes go with
 // O_DIRECT when they are large and aligned and the file can (direct.go),
 // others through the page cache, whose writeback starts early (writeback.go).
-func writeData(ch *chunk, buf []byte, off int64, bulk bool) error {
-	if d, ok := ch.data.(directWriter); ok && bulk && canWriteDirect(off, len(buf)) {
+func writeData(ch *chunk, buf []byte, off int64, uncached bool) error {
+	if d, ok := ch.data.(directWriter); ok && uncached && canWriteDirect(off, len(buf)) {
 		_, err := d.WriteDirect(buf, off)
 		return err
 	}

@@ -69,7 +69,7 @@ func TestBulkWritesBypassThePageCacheAndStartNoWriteback(t *testing.T) {
 	fs := &writebackFS{}
 	tg := openTestTarget(t, Options{FS: fs})
 	data := pattern(3, 2<<20)
-	if err := tg.WriteBulk(9, 0, 0, data); err != nil {
+	if err := tg.WriteUncached(9, 0, 0, data); err != nil {
 		t.Fatal(err)
 	}
 	if got := fs.starts.Load(); got != 0 {
