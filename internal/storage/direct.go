@@ -8,12 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Writes a server keeps for durability rather than for readers go to the
-// disk with O_DIRECT when they are large and aligned: a resync's copies of
-// whole chunks to a returning member, and a chain member's copy of each
-// client write (clients read from the head, so the member's page cache
-// would hold data nobody reads; on a one-machine cluster, every byte
-// twice).
+// Where a target cannot drop large writes behind (dropbehind.go: kernels
+// before 6.14, file systems without RWF_DONTCACHE), the writes a server
+// keeps for durability rather than for readers go to the disk with
+// O_DIRECT when they are large and aligned: a resync's copies of whole
+// chunks to a returning member, and a chain member's copy of each client
+// write (clients read from the head, so the member's page cache would
+// hold data nobody reads; on a one-machine cluster, every byte twice).
 //
 // Measured on the development VM (2026-11-22): writing 1 GiB of new data
 // into the page cache costs about 3 ms of CPU per MiB (the hypervisor
@@ -26,10 +27,11 @@ import (
 // head's copy of a client write stays buffered: with O_DIRECT on both
 // copies each write waited for the disk and the benchmark suite's
 // sequential writes got slower (2026-11-23); with it on the member only
-// they got faster (2026-11-27, docs/benchmarks.md), and the storage
-// servers' CPU per MiB fell by a third. Small and unaligned writes stay
-// buffered everywhere: they need the page cache to merge partial blocks.
-// Lustre's object servers write bulk data directly as well.
+// they got faster (2026-11-27, docs/architecture.md "Chain replication"),
+// and the storage servers' CPU per MiB fell by a third. Small and
+// unaligned writes stay buffered everywhere: they need the page cache to
+// merge partial blocks. Lustre's object servers write bulk data directly
+// as well.
 const (
 	directAlign = 4096
 	directMin   = 64 << 10 // smaller writes gain little and wait for the disk

@@ -10,7 +10,15 @@ import (
 )
 
 func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
-	tg := openTestTarget(t, Options{})
+	t.Run("drop-behind", func(t *testing.T) { bulkWritesReadBack(t, openTestTarget(t, Options{})) })
+	t.Run("O_DIRECT", func(t *testing.T) {
+		tg := openTestTarget(t, Options{})
+		tg.noDropBehind.Store(true) // as on a kernel without RWF_DONTCACHE
+		bulkWritesReadBack(t, tg)
+	})
+}
+
+func bulkWritesReadBack(t *testing.T, tg *Target) {
 	// Cached pages of the range, from a buffered write and a read, must
 	// not hide what the bulk write puts on the disk.
 	if err := tg.Write(9, 0, 4096, bytes.Repeat([]byte{'x'}, 10_000)); err != nil {
@@ -20,13 +28,13 @@ func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := pattern(9, 1<<20)
-	if err := tg.WriteUncached(9, 0, 0, whole[:256<<10]); err != nil { // aligned: O_DIRECT
+	if err := tg.WriteUncached(9, 0, 0, whole[:256<<10]); err != nil { // aligned: drop-behind or O_DIRECT
 		t.Fatal(err)
 	}
 	if err := tg.WriteUncached(9, 0, 256<<10, whole[256<<10:]); err != nil {
 		t.Fatal(err)
 	}
-	tail := pattern(10, 5000) // unaligned end: buffered
+	tail := pattern(10, 5000) // small and unaligned: buffered
 	if err := tg.WriteUncached(9, 0, 1<<20, tail); err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +85,14 @@ func TestWriteDirectUsesAnODirectDescriptor(t *testing.T) {
 	}
 }
 
-// Bulk writes bypass the page cache, also on a target over the
-// fault-injecting file system that the failure tests run servers on
-// (without faults it must behave as the real one), and the scrub's cache
-// drop and the early writeback reach the real file through it too.
+// Where the kernel cannot drop behind, bulk writes bypass the page cache
+// with O_DIRECT, also on a target over the fault-injecting file system
+// that the failure tests run servers on (without faults it must behave as
+// the real one), and the scrub's cache drop and the early writeback reach
+// the real file through it too (dropbehind_test.go: where it can).
 func TestTheFaultInjectingFileSystemKeepsTheRealFilesCachingBehaviour(t *testing.T) {
 	onEachFS(t, func(t *testing.T, tg *Target) {
+		tg.noDropBehind.Store(true)
 		if err := tg.WriteUncached(5, 0, 0, pattern(5, 1<<20)); err != nil {
 			t.Fatal(err)
 		}

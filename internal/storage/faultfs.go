@@ -1,11 +1,14 @@
 package storage
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Op is a kind of file system call, as matched by a Fault.
@@ -253,6 +256,16 @@ func (f *faultFile) WriteDirect(p []byte, off int64) (int, error) {
 		return f.write(p, off, d.WriteDirect)
 	}
 	return f.WriteAt(p, off)
+}
+
+// WriteDropBehind writes with RWF_DONTCACHE where the file underneath
+// can (dropbehind.go), with the faults of a write; where it cannot it
+// says so as the real file does, having written nothing.
+func (f *faultFile) WriteDropBehind(p []byte, off int64) (int, error) {
+	if d, ok := f.File.(dropBehindWriter); ok {
+		return f.write(p, off, d.WriteDropBehind)
+	}
+	return 0, fmt.Errorf("write %s with RWF_DONTCACHE: %w", f.name, unix.EOPNOTSUPP)
 }
 
 // SendFrom lets the file underneath send its bytes (sendfile.go), with

@@ -63,6 +63,9 @@ type Target struct {
 
 	cache  *chunkCache
 	closed atomic.Bool
+	// noDropBehind is set once the kernel or file system refused a write
+	// with RWF_DONTCACHE (dropbehind.go).
+	noDropBehind atomic.Bool
 
 	// inoLocks order opening chunk files against Delete: opening takes
 	// the shared side of the ino's stripe, Delete the exclusive side, so

@@ -156,7 +156,7 @@ func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, uncached bool
 		// Entries written so far read {old, new} over old data: valid.
 		return t.resync(ch, err)
 	}
-	if err := writeData(ch, buf, ws, uncached); err != nil {
+	if err := t.writeData(ch, buf, ws, uncached); err != nil {
 		t.settle(ch, oldSize, first, ents, buf, ws)
 		return err
 	}
@@ -259,10 +259,15 @@ func (t *Target) settle(ch *chunk, oldSize, first int64, ents, buf []byte, ws in
 	}
 }
 
-// writeData writes buf at off of a chunk's data file; uncached writes go with
-// O_DIRECT when they are large and aligned and the file can (direct.go),
-// others through the page cache, whose writeback starts early (writeback.go).
-func writeData(ch *chunk, buf []byte, off int64, uncached bool) error {
+// writeData writes buf at off of a chunk's data file: large writes with
+// RWF_DONTCACHE where the target can (dropbehind.go); where it cannot,
+// uncached ones with O_DIRECT when they are large and aligned and the file
+// can (direct.go); the rest through the page cache, whose writeback starts
+// early (writeback.go).
+func (t *Target) writeData(ch *chunk, buf []byte, off int64, uncached bool) error {
+	if done, err := t.writeDropBehind(ch, buf, off); done {
+		return err
+	}
 	if d, ok := ch.data.(directWriter); ok && uncached && canWriteDirect(off, len(buf)) {
 		_, err := d.WriteDirect(buf, off)
 		return err

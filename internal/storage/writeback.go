@@ -17,6 +17,9 @@ import "golang.org/x/sys/unix"
 // little longer (0.95-1.27 s against 0.87-1.02 with two copies); fio's
 // sequential write with end_fsync went from 286-314 to 320-345 MB/s with
 // two copies and from 470-537 to 513-624 with one.
+// Since large writes are dropped behind (dropbehind.go), which starts
+// their writeback by itself, this serves the writes that fill the page
+// cache: smaller ones, and all of them where the kernel cannot drop behind.
 // The start is sync_file_range(SYNC_FILE_RANGE_WRITE): it queues the
 // writeback and returns without waiting for the disk, and it makes nothing
 // durable by itself (fsync still does that).
