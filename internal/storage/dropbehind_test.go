@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -104,35 +102,11 @@ func (fs noDropBehindFS) OpenFile(name string, flag int, perm os.FileMode) (File
 	return noDropBehindFile{f.(*osFile)}, nil
 }
 
-// lockedLog collects a target's log lines.
-type lockedLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lockedLog) logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, format)
-}
-
-func (l *lockedLog) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, s := range l.lines {
-		if strings.Contains(s, substr) {
-			n++
-		}
-	}
-	return n
-}
-
 // Where the kernel refuses RWF_DONTCACHE, a target says so once and goes
 // on as before: copies it keeps for durability go with O_DIRECT, clients'
 // writes through the page cache.
 func TestATargetThatCannotDropBehindSaysSoOnceAndFallsBack(t *testing.T) {
-	var log lockedLog
+	var log logLines
 	for _, fs := range []FS{noDropBehindFS{}, NewFaultFS(noDropBehindFS{})} {
 		tg := openTestTarget(t, Options{FS: fs, Logf: log.logf})
 		large := pattern(5, 1<<20)

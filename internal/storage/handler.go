@@ -112,8 +112,9 @@ func (s *Service) serve(d *wire.Dec, rt *proto.Routing, fn func(*Target, proto.C
 func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error {
 	ref := &r.Chunk
 	// A resync's copies and a member's copy of a client's write are kept
-	// for durability, not for readers (reads go to the head), so their
-	// large aligned pieces bypass the page cache (direct.go).
+	// for durability, not for readers (reads go to the head): where large
+	// writes cannot be dropped behind (dropbehind.go), their large aligned
+	// pieces bypass the page cache (direct.go).
 	uncached := r.Bulk || ref.Routing.Forwarded
 	if !r.Bulk {
 		// A client's write, taken as a head or forwarded by the head of

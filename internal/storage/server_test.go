@@ -140,15 +140,19 @@ func (l *logLines) logf(format string, args ...any) {
 	l.mu.Unlock()
 }
 
-func (l *logLines) has(substr string) bool {
+func (l *logLines) has(substr string) bool { return l.count(substr) > 0 }
+
+// count is the number of lines containing substr.
+func (l *logLines) count(substr string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	for _, s := range l.lines {
 		if strings.Contains(s, substr) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 func (l *logLines) String() string {

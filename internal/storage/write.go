@@ -16,13 +16,14 @@ func (t *Target) Write(ino, idx uint64, off int64, p []byte) error {
 
 // WriteUncached is Write for data this server keeps for durability rather
 // than for readers (a resync's copies, a chain member's copy of a client's
-// write): large aligned pieces go to the disk with O_DIRECT (direct.go).
+// write): where the target cannot drop large writes behind (dropbehind.go),
+// large aligned pieces go to the disk with O_DIRECT (direct.go).
 func (t *Target) WriteUncached(ino, idx uint64, off int64, p []byte) error {
 	return t.write(ino, idx, off, p, nil, true)
 }
 
-// WriteChecked is Write (or WriteUncached, if uncached) of data that comes with
-// its sender's checksum entries, sums (one per block of p, off a block
+// WriteChecked is Write (or WriteUncached, if uncached) of data that comes
+// with its sender's checksum entries, sums (one per block of p, off a block
 // boundary; the last block may be short, as at the end of a chunk): a
 // block of p that matches neither checksum of its entry fails the write
 // with EIO before anything is written.
