@@ -9,7 +9,7 @@ import (
 )
 
 // Large writes go through the page cache with RWF_DONTCACHE (Linux 6.14
-// and later, on file systems that support it, ext4 and XFS among them):
+// and later, on file systems that support it, ext4 among them):
 // the write returns once its data is in the page cache, as a buffered
 // write does, the kernel starts writing it to the disk at once, and drops
 // the pages when that is done. So a stream of writes reuses the same few
