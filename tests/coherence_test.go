@@ -42,9 +42,24 @@ func secondMount(t *testing.T, c *testcluster.Cluster, flags ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// The daemon ends by itself once its mount is gone. Killed at
+		// once, it could be waiting for its own answer (go-fuse opens a
+		// file on its mount as it starts): that thread then never
+		// ends, nor the process, and neither did the test (CI,
+		// 2026-11-27). So kill only one that did not end.
 		syscall.Unmount(dir, syscall.MNT_DETACH)
-		cmd.Process.Kill()
-		cmd.Wait()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				t.Errorf("the second mount's process %d did not end after its unmount and SIGKILL", cmd.Process.Pid)
+			}
+		}
 		if t.Failed() {
 			t.Logf("second mount's log:\n%s", log.String())
 		}
