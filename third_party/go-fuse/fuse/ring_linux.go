@@ -339,7 +339,14 @@ func (ms *Server) ringWorker(qid int) {
 		ms.opts.Logger.Printf("io_uring queue %d: register: %v", qid, syscall.Errno(-res))
 		return
 	}
-	ms.ringRegistered.Add(1)
+	if ms.ringRegistered.Add(1) == ms.ringWanted.Load() {
+		// Requests that came while the queues registered may sit in
+		// a queue that had no entry waiting then, and the kernel hands
+		// them only to an entry that commits a reply: a request to
+		// every queue (ring_stall_linux.go) makes one commit. Seen:
+		// the mount's stat of its own mount point, never answered.
+		ms.pumpEveryRingQueue()
+	}
 	q := &ms.ringQueues[qid]
 	serving := q.servingSlot()
 	for {

@@ -66,6 +66,18 @@ func (ms *Server) watchRingQueues(done <-chan struct{}) {
 	}
 }
 
+// pumpEveryRingQueue pumps each queue once (bounded as the watch's pumps).
+func (ms *Server) pumpEveryRingQueue() {
+	for qid := range ms.ringQueues {
+		q := &ms.ringQueues[qid]
+		if q.pumps.Add(1) <= maxRingPumps {
+			go ms.pumpRingQueue(qid)
+		} else {
+			q.pumps.Add(-1)
+		}
+	}
+}
+
 // pumpRingQueue makes requests on queue qid's CPU, so that a worker
 // waiting there commits replies and, with them, takes queued requests.
 func (ms *Server) pumpRingQueue(qid int) {
