@@ -57,25 +57,29 @@ func (ms *Server) watchRingQueues(done <-chan struct{}) {
 		for qid := range ms.ringQueues {
 			q := &ms.ringQueues[qid]
 			now := q.state()
-			if now.stuckSince(before[qid]) && q.pumps.Load() < maxRingPumps {
-				q.pumps.Add(1)
-				go ms.pumpRingQueue(qid)
+			if now.stuckSince(before[qid]) {
+				ms.tryPumpRingQueue(qid)
 			}
 			before[qid] = now
 		}
 	}
 }
 
-// pumpEveryRingQueue pumps each queue once (bounded as the watch's pumps).
+// pumpEveryRingQueue pumps each queue once.
 func (ms *Server) pumpEveryRingQueue() {
 	for qid := range ms.ringQueues {
-		q := &ms.ringQueues[qid]
-		if q.pumps.Add(1) <= maxRingPumps {
-			go ms.pumpRingQueue(qid)
-		} else {
-			q.pumps.Add(-1)
-		}
+		ms.tryPumpRingQueue(qid)
 	}
+}
+
+// tryPumpRingQueue pumps queue qid unless maxRingPumps are under way.
+func (ms *Server) tryPumpRingQueue(qid int) {
+	q := &ms.ringQueues[qid]
+	if q.pumps.Add(1) > maxRingPumps {
+		q.pumps.Add(-1)
+		return
+	}
+	go ms.pumpRingQueue(qid)
 }
 
 // pumpRingQueue makes requests on queue qid's CPU, so that a worker
