@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"tandemfs/internal/pagecache"
 	"tandemfs/internal/testcluster"
 )
 
@@ -77,17 +77,11 @@ func TestStorageServersKeepLargeWritesOutOfTheirPageCache(t *testing.T) {
 // RWF_DONTCACHE.
 func canDropBehind(t *testing.T, dir string) bool {
 	t.Helper()
-	f, err := os.CreateTemp(dir, ".dontcache-probe")
+	can, err := pagecache.CanDropBehind(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	_, err = unix.Pwritev2(int(f.Fd()), [][]byte{make([]byte, 4096)}, 0, unix.RWF_DONTCACHE)
-	if err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-		t.Fatal(err)
-	}
-	return err == nil
+	return can
 }
 
 // skipWithoutODirect skips the test when the file system of dir cannot
@@ -124,34 +118,12 @@ func residentChunkPages(t *testing.T, dir string) int {
 	return n
 }
 
-// residentPagesOf counts the pages of the file at path in the page cache
-// (mincore(2) of a mapping of it; an empty file has none).
+// residentPagesOf counts the pages of the file at path in the page cache.
 func residentPagesOf(t *testing.T, path string) int {
 	t.Helper()
-	f, err := os.Open(path)
+	n, err := pagecache.Resident(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Size() == 0 {
-		return 0
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatalf("mincore %s: %v", path, errno)
-	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
 	}
 	return n
 }

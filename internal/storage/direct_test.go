@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"os"
 	"testing"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"tandemfs/internal/pagecache"
 )
 
 func TestBulkWritesReadBackAndVerifyLikeAnyOther(t *testing.T) {
@@ -130,58 +129,9 @@ func TestTheFaultInjectingFileSystemKeepsTheRealFilesCachingBehaviour(t *testing
 // residentPages counts the pages of the file at path in the page cache.
 func residentPages(t *testing.T, path string) int {
 	t.Helper()
-	f, err := os.Open(path)
+	n, err := pagecache.Resident(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || st.Size() == 0 {
-		t.Fatalf("stat %s: size %d, %v", path, st.Size(), err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatalf("mincore %s: %v", path, errno)
-	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
 	}
 	return n
-}
-
-// Page-aligned bytes (a request frame laid out by the rpc server) are
-// written as they lie; bytes anywhere else go through an aligned copy.
-// Both reach the file.
-func TestWriteDirectTakesAlignedAndUnalignedBytes(t *testing.T) {
-	f, err := OSFS{}.OpenFile(t.TempDir()+"/d", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const n = 64 << 10
-	at := alignedBuf(n + directAlign)
-	defer putAlignedBuf(at)
-	on, off := at[:n], at[1:n+1] // on a page boundary; one byte past it
-	copy(on, pattern(1, n))
-	if !aligned(on) || aligned(off) {
-		t.Fatalf("aligned(on) = %v, aligned(off) = %v", aligned(on), aligned(off))
-	}
-	if _, err := f.(directWriter).WriteDirect(on, 0); err != nil {
-		t.Fatal(err)
-	}
-	copy(off, pattern(2, n))
-	if _, err := f.(directWriter).WriteDirect(off, n); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 2*n)
-	if _, err := f.ReadAt(got, 0); err != nil {
-		t.Fatal(err)
-	}
-	assertSame(t, "file", got, append(pattern(1, n), pattern(2, n)...))
 }

@@ -2,30 +2,25 @@ package storage
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"tandemfs/internal/pagecache"
 )
 
 // skipWithoutDropBehind skips the test where the kernel or the file system
 // of dir cannot write with RWF_DONTCACHE.
 func skipWithoutDropBehind(t *testing.T, dir string) {
 	t.Helper()
-	f, err := os.CreateTemp(dir, "probe")
+	can, err := pagecache.CanDropBehind(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	_, err = unix.Pwritev2(int(f.Fd()), [][]byte{make([]byte, 4096)}, 0, unix.RWF_DONTCACHE)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		t.Skipf("no RWF_DONTCACHE on %s: %v", dir, err)
-	}
-	if err != nil {
-		t.Fatal(err)
+	if !can {
+		t.Skipf("no RWF_DONTCACHE on %s", dir)
 	}
 }
 
