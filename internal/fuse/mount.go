@@ -3,9 +3,7 @@ package fuse
 import (
 	"fmt"
 	"os"
-	"syscall"
-
-	"golang.org/x/sys/unix"
+	"path/filepath"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -63,6 +61,12 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		// there wait for their replies in poll(2) (rpc.conn.awaitReply).
 		OnIoUringWorker: osthread.Dedicate,
 	}
+	// Resolved before mounting: once mounted, resolving the mount point
+	// would be a request to this process itself.
+	where, err := absoluteRealPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", dir, err)
+	}
 	fs := New(c)
 	srv, err := gofuse.NewServer(fs, dir, opts)
 	if err != nil {
@@ -82,7 +86,7 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
 	if root {
-		setReadahead(dir, readaheadKB)
+		setReadahead(where, readaheadKB)
 	}
 	fs.ioUring = srv.IoUring
 	if opts.IoUring {
@@ -91,20 +95,12 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 	return srv, nil
 }
 
-// readaheadKB is the kernel readahead window asked for on the mount. FUSE
-// only ever lowers the default of 128 KiB, which makes the kernel read in
-// 128 KiB requests; 1 MiB lets each request carry a whole default chunk
-// (measured with dd on a 2 GiB file: 600 MB/s at 128 KiB, 730-880 at 1 MiB,
-// less again at 4 MiB and above, where requests queue behind each other).
-const readaheadKB = 1024
-
-// setReadahead sets read_ahead_kb of the mount's backing device, as
-// `blockdev --setra` would for a disk. Failure only costs speed.
-func setReadahead(dir string, kb int) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		return
+// absoluteRealPath is dir as mountinfo names a mount on it: absolute, its
+// symbolic links resolved.
+func absoluteRealPath(dir string) (string, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
 	}
-	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	os.WriteFile(path, []byte(fmt.Sprintf("%d\n", kb)), 0o644)
+	return filepath.Abs(real)
 }
