@@ -64,17 +64,10 @@ func secondMount(t *testing.T, c *testcluster.Cluster, flags ...string) string {
 			t.Logf("second mount's log:\n%s", log.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var st syscall.Statfs_t
-		if syscall.Statfs(dir, &st) == nil && st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
-			return dir
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("second mount did not come up:\n%s", log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitFUSEMount(dir, 10*time.Second); err != nil {
+		t.Fatalf("second mount did not come up: %v\n%s", err, log.String())
 	}
+	return dir
 }
 
 // twoMounts starts a cluster and mounts it twice, as two client hosts.

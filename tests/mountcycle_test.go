@@ -16,7 +16,7 @@ import (
 )
 
 // mountCycles is how many times TestAMountUnmountedAsSoonAsItIsUpEnds
-// mounts and unmounts: each round takes a quarter to half a second.
+// mounts and unmounts: a round takes about a fifth of a second.
 const mountCycles = 20
 
 // A mount unmounted as soon as it is up can be unmounted and then ends by
