@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -34,13 +33,7 @@ func secondMount(t *testing.T, c *testcluster.Cluster, flags ...string) string {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"mount", "--meta", c.Layout.MetaAddr, "--secret-file", c.Layout.SecretFile}, flags...)
-	cmd := exec.Command(testcluster.Binary(t), append(args, dir)...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, log := startMount(t, c, dir, flags...)
 	t.Cleanup(func() {
 		// The daemon ends by itself once its mount is gone. Killed at
 		// once, it could be waiting for its own answer (go-fuse opens a

@@ -55,12 +55,13 @@ func TestAMountUnmountedAsSoonAsItIsUpEnds(t *testing.T) {
 	}
 }
 
-// startMount starts tandem mount of c's cluster on dir (the transport is
-// the default one, io_uring where the kernel has it).
-func startMount(t *testing.T, c *testcluster.Cluster, dir string) (*exec.Cmd, *bytes.Buffer) {
+// startMount starts tandem mount of c's cluster on dir, with extra flags
+// for tandem mount (without, the transport is the default one, io_uring
+// where the kernel has it).
+func startMount(t *testing.T, c *testcluster.Cluster, dir string, flags ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(testcluster.Binary(t), "mount", "--meta", c.Layout.MetaAddr,
-		"--secret-file", c.Layout.SecretFile, dir)
+	args := append([]string{"mount", "--meta", c.Layout.MetaAddr, "--secret-file", c.Layout.SecretFile}, flags...)
+	cmd := exec.Command(testcluster.Binary(t), append(args, dir)...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
