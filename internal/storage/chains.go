@@ -53,7 +53,7 @@ type chainState struct {
 	epochs     epoch.Set  // end forwards routed by an old chain version
 
 	storesMu sync.Mutex
-	stores   map[uint32]*Target // chain stores by chain ID
+	stores   map[uint32]*storeSlot // chain stores by chain ID
 
 	// Head-side locks: a chunk lock orders the changes to one chunk, so
 	// every member applies them in the same order, and a resync copies a
@@ -165,11 +165,23 @@ func (s *Service) checkReplicated(rt *proto.Routing, c *proto.Chain) error {
 	return nil
 }
 
+// storeSlot holds a chain's store once it is open. Its mutex is held while
+// the store is opened, so that requests for that chain wait for it while
+// those for chains already open do not.
+type storeSlot struct {
+	mu sync.Mutex
+	st atomic.Pointer[Target]
+}
+
 // chainStore opens (once) the store of chain id inside target tg.
 func (s *Service) chainStore(tg *Target, id uint32) (*Target, error) {
-	s.cs.storesMu.Lock()
-	defer s.cs.storesMu.Unlock()
-	if st := s.cs.stores[id]; st != nil {
+	slot := s.storeSlot(id)
+	if st := slot.st.Load(); st != nil {
+		return st, nil
+	}
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if st := slot.st.Load(); st != nil {
 		return st, nil
 	}
 	dir := chainStoreDir(tg, id)
@@ -180,8 +192,20 @@ func (s *Service) chainStore(tg *Target, id uint32) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store of chain %d: %w", id, err)
 	}
-	s.cs.stores[id] = st
+	slot.st.Store(st)
 	return st, nil
+}
+
+// storeSlot returns chain id's slot, made empty if there was none.
+func (s *Service) storeSlot(id uint32) *storeSlot {
+	s.cs.storesMu.Lock()
+	defer s.cs.storesMu.Unlock()
+	slot := s.cs.stores[id]
+	if slot == nil {
+		slot = &storeSlot{}
+		s.cs.stores[id] = slot
+	}
+	return slot
 }
 
 // chainStoreDir is the directory of target tg's store of chain id.
@@ -212,8 +236,12 @@ func (s *Service) chainStoreIDs(tg *Target) ([]uint32, error) {
 func (s *Service) closeChainStores() {
 	s.cs.storesMu.Lock()
 	defer s.cs.storesMu.Unlock()
-	for _, st := range s.cs.stores {
-		st.Close()
+	for _, slot := range s.cs.stores {
+		slot.mu.Lock()
+		if st := slot.st.Load(); st != nil {
+			st.Close()
+		}
+		slot.mu.Unlock()
 	}
 }
 

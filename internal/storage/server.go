@@ -167,7 +167,7 @@ func newService(cfg Config) (*Service, error) {
 		cfg.FS = OSFS{}
 	}
 	s := &Service{cfg: cfg, logf: cfg.Logf, stop: make(chan struct{}), reg: make(chan struct{}), scrubNow: make(chan struct{}, 1)}
-	s.cs.stores = map[uint32]*Target{}
+	s.cs.stores = map[uint32]*storeSlot{}
 	s.cs.peers = map[string]*rpc.Client{}
 	s.cs.inflight = newChangesInFlight()
 	s.resyncs.running = map[[2]uint32]*resyncJob{}

@@ -29,6 +29,8 @@ type fakeMeta struct {
 	beats   []proto.HeartbeatReq
 	nextID  uint32
 	refuseN int // refuse this many registrations first
+	// replicated, if set, adds chains to the map; it runs with mu held.
+	replicated func(m *fakeMeta) []proto.Chain
 }
 
 // startFakeMeta starts a fake on addr; with a non-nil state it continues
@@ -107,6 +109,9 @@ func (m *fakeMeta) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 		cm := proto.ClusterMap{Version: uint64(len(m.regs))}
 		for _, id := range m.ids {
 			cm.Chains = append(cm.Chains, proto.Chain{ID: id, Version: 1, Targets: []uint32{id}, States: []uint8{0}, SinceMs: []int64{0}})
+		}
+		if m.replicated != nil {
+			cm.Chains = append(cm.Chains, m.replicated(m)...)
 		}
 		cm.Encode(e)
 		return nil
