@@ -51,6 +51,7 @@ func init() {
 				return err
 			}
 			logger.Printf("mounted at %s (metadata service %s)", mnt, metaAddr)
+			c.WarmStorage(warmConns)
 			go func() {
 				waitForSignal()
 				logger.Printf("unmounting %s", mnt)
@@ -74,6 +75,10 @@ func init() {
 	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
 }
+
+// warmConns is how many connections a mount opens to each storage server
+// once it is up: enough for the first write-behind requests in parallel.
+const warmConns = 4
 
 // giveUpSetting maps --give-up to client.Config.GiveUp, where 0 means
 // the default and a negative value forever.

@@ -372,3 +372,18 @@ func (l *logLimiter) allow() bool {
 	last := l.last.Load()
 	return now-last >= int64(time.Second) && l.last.CompareAndSwap(last, now)
 }
+
+// WarmStorage opens conns connections to every storage server in the
+// cluster map, in the background, so that the first reads and writes
+// after a mount do not each wait for a dial and a handshake.
+func (c *Client) WarmStorage(conns int) {
+	c.mapMu.RLock()
+	addrs := make([]string, 0, len(c.servers))
+	for _, s := range c.servers {
+		addrs = append(addrs, s.Addr)
+	}
+	c.mapMu.RUnlock()
+	for _, a := range addrs {
+		c.storageClient(a).Warm(conns)
+	}
+}

@@ -37,9 +37,10 @@ type Client struct {
 	// Observer, if set, is told of every call made.
 	Observer Observer
 
-	mu     sync.Mutex
-	idle   []*conn
-	closed bool
+	mu      sync.Mutex
+	idle    []*conn
+	closed  bool
+	warming int // dials Warm has under way
 
 	replies replyTimes // spin.go
 }
@@ -110,6 +111,11 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
+	return c.dial(ctx)
+}
+
+// dial opens and authenticates a new connection.
+func (c *Client) dial(ctx context.Context) (*conn, error) {
 	dt := c.DialTimeout
 	if dt == 0 {
 		dt = 3 * time.Second
@@ -140,6 +146,30 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		cn.raw, _ = sc.SyscallConn()
 	}
 	return cn, nil
+}
+
+// Warm opens connections in the background until n are idle, so that the
+// first calls need not wait for a dial and a handshake each; a failed dial
+// is left for the first call to meet.
+func (c *Client) Warm(n int) {
+	c.mu.Lock()
+	more := 0
+	if !c.closed {
+		more = max(n-len(c.idle)-c.warming, 0)
+	}
+	c.warming += more
+	c.mu.Unlock()
+	for range more {
+		go func() {
+			cn, err := c.dial(context.Background())
+			c.mu.Lock()
+			c.warming--
+			c.mu.Unlock()
+			if err == nil {
+				c.put(cn)
+			}
+		}()
+	}
 }
 
 // replyPollMs bounds awaitReply's wait: replies to metadata calls and

@@ -464,10 +464,11 @@ func (s *Service) scanChanged(req scanReq) {
 
 // observeMap applies a new map to the dirty sets and starts the scans
 // they need, to the Go processors kept for resyncs (procs.go), and to the
-// chain stores made ahead of the first write (prepare.go).
+// chain stores and connections made ahead of the first write (prepare.go).
 func (s *Service) observeMap(v *chainView) {
 	s.followResyncs(v)
 	s.prepareChainStores(v)
+	s.warmFollowers(v)
 	for _, req := range s.dirty.observe(v.chains, func(t uint32) bool { _, err := s.target(t); return err == nil }) {
 		s.wg.Add(1)
 		go func() {

@@ -19,7 +19,10 @@ import (
 // each, alternated). So a server makes, or opens after a restart, the
 // stores of the chains its targets belong to as soon as the cluster map
 // shows them, in the background; a request that comes first waits for
-// its own chain's store only, as before.
+// its own chain's store only, as before. A head also opens connections to
+// its followers' servers then, as a mount does to every storage server
+// (client.WarmStorage): with both, the first 4 MiB written to a fresh
+// cluster took 0.12-0.13 s against 0.14-0.16 with the stores alone.
 
 // storeToPrepare is a chain store a target of this server should hold.
 type storeToPrepare struct {
@@ -56,6 +59,34 @@ func (s *Service) prepareChainStores(v *chainView) {
 			}
 		}
 	}()
+}
+
+// peerConns is how many connections a head opens ahead to each server it
+// forwards to.
+const peerConns = 2
+
+// warmFollowers opens connections, in the background, to the servers of
+// the followers of the chains this server heads, so that the first
+// forwards do not wait for a dial and a handshake.
+func (s *Service) warmFollowers(v *chainView) {
+	addrs := map[string]bool{}
+	for _, c := range v.chains {
+		head, ok := c.Head()
+		if len(c.Targets) < 2 || !ok {
+			continue
+		}
+		if _, err := s.target(head); err != nil {
+			continue
+		}
+		for _, f := range c.Followers() {
+			if a := v.addrs[f]; a != "" && a != s.addr {
+				addrs[a] = true
+			}
+		}
+	}
+	for a := range addrs {
+		s.peer(a).Warm(peerConns)
+	}
 }
 
 // storesToPrepare lists, in chain order, the stores prepareChainStores
