@@ -188,7 +188,9 @@ func (s *Service) chainStore(tg *Target, id uint32) (*Target, error) {
 	if err := s.cfg.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store of chain %d on target %s: %w", id, tg.Dir(), err)
 	}
-	st, err := OpenTarget(dir, Options{FS: s.cfg.FS, MaxOpenChunks: s.cfg.MaxOpenChunks, Logf: s.logf})
+	// A server killed while it formatted the store left it without its
+	// target.json: it holds no chunk yet, and is formatted again.
+	st, err := OpenTarget(dir, Options{FS: s.cfg.FS, MaxOpenChunks: s.cfg.MaxOpenChunks, Logf: s.logf, FinishFormat: true})
 	if err != nil {
 		return nil, fmt.Errorf("store of chain %d: %w", id, err)
 	}

@@ -502,3 +502,42 @@ func TestOpenSmallChunksDoNotReadTheirSidecar(t *testing.T) {
 		t.Fatalf("the sidecar was read %d times", reads)
 	}
 }
+
+func TestAnInterruptedFormatIsFinishedOnlyWhereAskedAndNoChunkIsThere(t *testing.T) {
+	interrupted := func() string {
+		dir := t.TempDir()
+		for _, b := range []string{"00", "01", "02"} { // killed after the third bucket
+			if err := os.MkdirAll(filepath.Join(dir, "chunks", b), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		os.WriteFile(filepath.Join(dir, "lock"), nil, 0o644)
+		return dir
+	}
+
+	if _, err := OpenTarget(interrupted(), Options{}); err == nil {
+		t.Fatal("a target without target.json was formatted again without FinishFormat")
+	}
+
+	dir := interrupted()
+	tg, err := OpenTarget(dir, Options{FinishFormat: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("finishing an interrupted format: %v", err)
+	}
+	if tg.UUID() == "" {
+		t.Fatal("no identity after finishing the format")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "chunks", "ff")); err != nil {
+		t.Fatalf("the last bucket directory is missing after finishing the format: %v", err)
+	}
+	mustWrite(t, tg, 3, 0, 0, []byte("data"))
+	tg.Close()
+
+	// Once it holds a chunk, a store without target.json is refused.
+	if err := os.Remove(filepath.Join(dir, "target.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenTarget(dir, Options{FinishFormat: true, Logf: t.Logf}); err == nil {
+		t.Fatal("formatted again a directory holding a chunk but no target.json")
+	}
+}

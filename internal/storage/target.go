@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,12 @@ type Options struct {
 	// Logf receives log lines (corruption reports, recovery steps);
 	// nil means the standard logger.
 	Logf func(format string, args ...any)
+	// FinishFormat lets OpenTarget format again a directory whose format
+	// was interrupted: chunk directories that hold no chunk, and no
+	// target.json. For a chain's store (chains.go), which a server makes
+	// on its own and whose identity nothing else records; a target that
+	// lost its target.json is refused either way.
+	FinishFormat bool
 }
 
 // targetMeta is the contents of target.json.
@@ -112,14 +119,14 @@ func OpenTarget(dir string, opts Options) (*Target, error) {
 	if t.lock, err = t.fs.Lock(filepath.Join(t.dir, "lock")); err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.dir, err)
 	}
-	if err := t.loadOrFormat(names); err != nil {
+	if err := t.loadOrFormat(names, opts.FinishFormat); err != nil {
 		t.lock.Close()
 		return nil, fmt.Errorf("target %s: %w", t.dir, err)
 	}
 	return t, nil
 }
 
-func (t *Target) loadOrFormat(names []string) error {
+func (t *Target) loadOrFormat(names []string, finishFormat bool) error {
 	b, err := readFile(t.fs, filepath.Join(t.dir, "target.json"))
 	switch {
 	case err == nil:
@@ -142,10 +149,12 @@ func (t *Target) loadOrFormat(names []string) error {
 	}
 	// Refuse to adopt a directory that holds chunks but lost its identity:
 	// a new UUID would make the metadata service see a new, empty target.
-	for _, n := range names {
-		if n == "chunks" {
+	if slices.Contains(names, "chunks") {
+		empty, err := t.holdsNoChunks()
+		if !finishFormat || err != nil || !empty {
 			return errors.New("has a chunks directory but no target.json; refusing to re-format it")
 		}
+		t.logf("storage: %s: finishing an interrupted format (chunk directories without chunks, no target.json)", t.dir)
 	}
 	t.uuid = newUUID()
 	if err := t.makeChunkDirs(); err != nil {
@@ -176,6 +185,23 @@ func FormatReplacement(dir, uuid string, id uint32) error {
 		return err
 	}
 	return t.writeMeta(id)
+}
+
+// holdsNoChunks reports whether every entry of the chunks directory is an
+// empty directory.
+func (t *Target) holdsNoChunks() (bool, error) {
+	chunks := filepath.Join(t.dir, "chunks")
+	buckets, err := t.fs.ReadDirNames(chunks)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range buckets {
+		inside, err := t.fs.ReadDirNames(filepath.Join(chunks, b))
+		if err != nil || len(inside) > 0 {
+			return false, err // a file (not a directory) fails to list
+		}
+	}
+	return true, nil
 }
 
 func (t *Target) makeChunkDirs() error {
