@@ -197,8 +197,11 @@ func (t *Target) holdsNoChunks() (bool, error) {
 	}
 	for _, b := range buckets {
 		inside, err := t.fs.ReadDirNames(filepath.Join(chunks, b))
+		// Anything inside a bucket (a file's directory of chunks) means
+		// chunks were written; an entry that is not a directory fails to
+		// list, and is not an interrupted format either.
 		if err != nil || len(inside) > 0 {
-			return false, err // a file (not a directory) fails to list
+			return false, err
 		}
 	}
 	return true, nil
