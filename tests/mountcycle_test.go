@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"tandemfs/internal/cluster"
 	"tandemfs/internal/testcluster"
 )
 
@@ -161,4 +162,76 @@ func openingPath(pid int, task string) string {
 		return fmt.Sprintf(", opening %q", b[:i])
 	}
 	return ""
+}
+
+// A mount whose metadata service is gone, while an application waits on
+// it, stops with `tandem down --force` at once and for good: the mount is
+// detached without a request to it, its process aborts its FUSE
+// connection and ends, no thread of it is left in the kernel, and the
+// application gets an error. Before, `tandem down` waited in a statfs of
+// the mount until the client gave up on the metadata service (two
+// minutes), and the mount's process, stopped with requests to its own
+// mount out (go-fuse's ring pumps, which the stalled queue set off), was
+// left with threads in D state that not even SIGKILL ended (2026-11-28).
+func TestAMountStuckOnAGoneMetadataServiceStopsWithDownForce(t *testing.T) {
+	c := testcluster.Start(t)
+	pid := readPidFile(t, c.PidFile("mount"))
+	dir := filepath.Join(c.Mount(), "loop")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	app := exec.Command("sh", "-c", `i=0; while : > "$0/f$i"; do i=$((i+1)); done`, dir)
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	c.KillProcess("meta")
+	time.Sleep(3 * time.Second) // the loop waits on the client, which retries
+
+	start := time.Now()
+	if err := cluster.Down(c.Dir(), true, nil); err != nil {
+		t.Fatalf("tandem down --force: %v", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("tandem down --force took %v", took)
+	}
+	if err := waitProcessGone(pid, 10*time.Second); err != nil {
+		t.Fatalf("the mount's process: %v", err)
+	}
+	if err := waitExit(app, 10*time.Second); err != nil {
+		t.Fatalf("the application on the mount: %v", err)
+	}
+	if app.ProcessState.Success() {
+		t.Fatal("the application's create loop ended without an error")
+	}
+}
+
+func readPidFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", path, err)
+	}
+	return pid
+}
+
+// waitProcessGone waits for process pid to end entirely: gone, or a zombie
+// with no thread left (its parent reaps it), not a zombie whose threads
+// wait in the kernel.
+func waitProcessGone(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || (bytes.Contains(status, []byte("State:\tZ")) && bytes.Contains(status, []byte("Threads:\t1\n"))) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still there %v after tandem down; its threads waited in: %s", limit, threadWaits(pid))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,13 +54,7 @@ func init() {
 			}
 			logger.Printf("mounted at %s (metadata service %s)", mnt, metaAddr)
 			c.WarmStorage(warmConns)
-			go func() {
-				waitForSignal()
-				logger.Printf("unmounting %s", mnt)
-				if err := srv.Unmount(); err != nil {
-					logger.Printf("unmount: %v (is the mount busy?)", err)
-				}
-			}()
+			go stopOnSignals(srv, mnt, logger)
 			srv.Wait()
 			return nil
 		},
@@ -74,6 +70,35 @@ func init() {
 	addPprofFlag(cmd)
 	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
+}
+
+// stopOnSignals unmounts on SIGTERM or SIGINT. A busy mount stays mounted
+// and served, and a second signal aborts it; a mount detached already
+// (`tandem down --force`, `umount -l`) is aborted at the first. Aborting
+// fails the operations under way, and ends the process even where one of
+// its own requests to the mount is out (internal/fuse/abort.go).
+func stopOnSignals(srv *fuse.Mounted, mnt string, logger *log.Logger) {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	<-signals
+	logger.Printf("unmounting %s", mnt)
+	err := srv.Unmount()
+	if err == nil {
+		return // Wait returns, and the process ends
+	}
+	if srv.Attached() {
+		logger.Printf("unmount: %v (is the mount busy? a second signal aborts it, failing the operations under way)", err)
+		<-signals
+	}
+	logger.Printf("aborting the FUSE connection of %s", mnt)
+	if err := srv.Abort(); err != nil {
+		logger.Printf("abort: %v", err)
+	}
+	// Wait returns once the kernel has ended the connection; should it
+	// not, the process ends anyway.
+	time.Sleep(5 * time.Second)
+	logger.Printf("the FUSE server did not stop after the abort; exiting")
+	os.Exit(1)
 }
 
 // warmConns is how many connections a mount opens to each storage server

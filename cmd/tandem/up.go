@@ -79,6 +79,6 @@ running and brings back every file.`,
 		},
 	}
 	down.Flags().StringVar(&dir, "data", defaultDataDir(), "data directory given to `tandem up`; $TANDEM_DATA")
-	down.Flags().BoolVar(&force, "force", false, "detach a busy mount lazily instead of failing")
+	down.Flags().BoolVar(&force, "force", false, "detach a busy mount instead of failing, and end it: operations still under way on it fail")
 	rootCmd.AddCommand(down)
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
+
+	"tandemfs/internal/fuseconn"
 )
 
 // Down unmounts the cluster's mount and stops exactly the processes Up
@@ -23,7 +26,14 @@ func Down(dir string, force bool, progress io.Writer) error {
 			fmt.Fprintf(progress, format+"\n", args...)
 		}
 	}
-	if l.Mount != "" && (isTandemMount(l.Mount) || isStaleMount(l.Mount)) {
+	// The mount is looked up in mountinfo, not with a stat of the mount
+	// point: that is a request to the mount's process, which waits for
+	// the metadata service when that is down (up to --give-up).
+	dev, mounted := "", false
+	if l.Mount != "" {
+		dev, mounted = fuseconn.Device(mountPointPath(l.Mount))
+	}
+	if mounted {
 		if err := syscall.Unmount(l.Mount, 0); err != nil {
 			if !force {
 				return fmt.Errorf("unmounting %s: %v (is a process using it? `tandem down --force` detaches it lazily)", l.Mount, err)
@@ -33,17 +43,33 @@ func Down(dir string, force bool, progress io.Writer) error {
 			}
 		}
 		say("unmounted %s", l.Mount)
+	} else if l.Mount != "" && isStaleMount(l.Mount) {
+		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
 	}
-	names := []string{"mount"}
+	var errs []error
+	// The mount first. One detached lazily aborts its connection itself
+	// on SIGTERM; if it is still there after the grace period, its
+	// connection is aborted from here before SIGKILL, which alone cannot
+	// end a process with a request to its own mount out
+	// (internal/fuse/abort.go).
+	if err := stop(dir, "mount", func() {
+		if dev != "" {
+			fuseconn.Abort(dev)
+		}
+	}); err != nil {
+		errs = append(errs, err)
+	} else {
+		say("stopped mount")
+	}
+	var names []string
 	for _, s := range l.Servers {
 		names = append(names, s.Name)
 	}
 	for _, m := range l.Metas {
 		names = append(names, m.procName(len(l.Metas)))
 	}
-	var errs []error
 	for _, name := range names {
-		if err := stop(dir, name); err != nil {
+		if err := stop(dir, name, nil); err != nil {
 			errs = append(errs, err)
 		} else {
 			say("stopped %s", name)
@@ -52,27 +78,59 @@ func Down(dir string, force bool, progress io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// stop ends the recorded process of name, if it runs.
-func stop(dir, name string) error {
+// mountPointPath is dir absolute, with the symbolic links of its parent
+// resolved (as mountinfo names mount points) but without touching dir
+// itself, which may be a mount whose process does not answer.
+func mountPointPath(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return abs
+	}
+	return filepath.Join(parent, filepath.Base(abs))
+}
+
+// stopGrace is how long a process has to end after SIGTERM.
+const stopGrace = 15 * time.Second
+
+// stop ends the recorded process of name, if it runs: SIGTERM, and after
+// stopGrace, beforeKill (if set) and SIGKILL.
+func stop(dir, name string, beforeKill func()) error {
 	defer os.Remove(pidFile(dir, name))
 	if !running(dir, name) {
 		return nil
 	}
 	pid := readPid(dir, name)
 	syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(15 * time.Second)
+	if waitGone(dir, name, stopGrace) {
+		return nil
+	}
+	if beforeKill != nil {
+		beforeKill()
+		if waitGone(dir, name, 2*time.Second) {
+			return nil
+		}
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	if !waitGone(dir, name, 2*time.Second) {
+		return fmt.Errorf("%s (pid %d) does not stop", name, pid)
+	}
+	return nil
+}
+
+// waitGone waits up to d for the recorded process of name to end.
+func waitGone(dir, name string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
 	for running(dir, name) {
 		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			time.Sleep(200 * time.Millisecond)
-			if running(dir, name) {
-				return fmt.Errorf("%s (pid %d) does not stop", name, pid)
-			}
-			return nil
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return nil
+	return true
 }
 
 // KillProcess sends SIGKILL to one recorded process (e.g. "meta2",

@@ -517,6 +517,23 @@ func readPid(dir, name string) int {
 // the process being reaped for a live one and not restart it.
 func exited(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
 
+// threadsLeft reports whether process pid, whose main thread has exited,
+// still has other threads: one stuck in the kernel keeps the process, and
+// whatever it holds (a mount's connection), alive.
+func threadsLeft(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if n, ok := strings.CutPrefix(line, "Threads:"); ok {
+			t, err := strconv.Atoi(strings.TrimSpace(n))
+			return err == nil && t > 1
+		}
+	}
+	return false
+}
+
 // running reports whether the recorded process of name is alive and still
 // a tandem process (PIDs get reused): its command line must name
 // "tandem", so a binary installed under another name is taken for a
@@ -528,7 +545,7 @@ func running(dir, name string) bool {
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err == nil {
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && exited(st[i+2]) {
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && exited(st[i+2]) && !threadsLeft(pid) {
 			return false
 		}
 	}

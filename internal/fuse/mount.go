@@ -22,8 +22,9 @@ type MountOptions struct {
 }
 
 // Mount mounts c at dir and returns the running server; call Wait to serve
-// until unmounted, and Unmount to detach.
-func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error) {
+// until unmounted, Unmount to detach, and Abort before the process ends
+// while it is still mounted or still has users (abort.go).
+func Mount(c *client.Client, dir string, o MountOptions) (*Mounted, error) {
 	root := os.Geteuid() == 0
 	logf := o.Logf
 	if logf == nil {
@@ -85,14 +86,15 @@ func Mount(c *client.Client, dir string, o MountOptions) (*gofuse.Server, error)
 		srv.Unmount()
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
-	if root {
-		setReadahead(where, readaheadKB)
+	dev, _ := mountDevice(where)
+	if root && dev != "" {
+		setReadahead(dev, readaheadKB)
 	}
 	fs.ioUring = srv.IoUring
 	if opts.IoUring {
 		logf("FUSE over io_uring: asked of the kernel; in use once every CPU's queue is registered (user.tandem.client shows the transport)")
 	}
-	return srv, nil
+	return &Mounted{Server: srv, where: where, dev: dev}, nil
 }
 
 // absoluteRealPath is dir as mountinfo names a mount on it: absolute, its

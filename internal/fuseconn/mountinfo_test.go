@@ -1,4 +1,4 @@
-package fuse
+package fuseconn
 
 import (
 	"strings"
@@ -28,9 +28,9 @@ func TestTheMountsDeviceIsFoundInMountinfoWithoutTouchingTheMount(t *testing.T) 
 		{"/mnt/none", "", false},       // not a mount point
 	}
 	for _, c := range cases {
-		dev, ok := fuseMountDevice(strings.NewReader(sampleMountinfo), c.dir)
+		dev, ok := FindFUSE(strings.NewReader(sampleMountinfo), c.dir)
 		if dev != c.dev || ok != c.ok {
-			t.Errorf("fuseMountDevice(%q) = %q, %v; want %q, %v", c.dir, dev, ok, c.dev, c.ok)
+			t.Errorf("FindFUSE(%q) = %q, %v; want %q, %v", c.dir, dev, ok, c.dev, c.ok)
 		}
 	}
 }
@@ -46,6 +46,19 @@ func TestMountinfoEscapesAreUndone(t *testing.T) {
 	} {
 		if got := unescapeMountPath(in); got != want {
 			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAConnectionIsNamedByTheKernelsDeviceNumber(t *testing.T) {
+	for dev, want := range map[string]uint64{"0:38": 38, "0:1048575": 1048575, "8:1": 8<<20 | 1} {
+		if got, err := connectionID(dev); err != nil || got != want {
+			t.Errorf("connectionID(%q) = %d, %v; want %d", dev, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "38", "a:b", "0:-1", "4096:0"} {
+		if _, err := connectionID(bad); err == nil {
+			t.Errorf("connectionID(%q) took a malformed device number", bad)
 		}
 	}
 }
