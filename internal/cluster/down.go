@@ -44,6 +44,8 @@ func Down(dir string, force bool, progress io.Writer) error {
 		}
 		say("unmounted %s", l.Mount)
 	} else if l.Mount != "" && isStaleMount(l.Mount) {
+		// Not found under the path mountinfo gives it, yet a mount whose
+		// process is gone: detached so that the next up can mount there.
 		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
 	}
 	var errs []error
