@@ -1,6 +1,7 @@
 package meta_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -12,9 +13,31 @@ import (
 	"tandemfs/internal/proto"
 )
 
-// startReplicas runs three metadata replicas in one Raft group.
+// startReplicas runs three metadata replicas in one Raft group. Their
+// ports are found free before the replicas take them, and another test
+// running meanwhile can take one first: then all three start again on
+// other ports.
 func startReplicas(t *testing.T) []*meta.Service {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		svcs, err := tryStartReplicas(t)
+		if err == nil {
+			t.Cleanup(func() {
+				for _, s := range svcs {
+					s.Close()
+				}
+			})
+			return svcs
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("starting the replicas, attempt %d: %v; again on other ports", attempt, err)
+	}
+}
+
+// tryStartReplicas starts three replicas, or none.
+func tryStartReplicas(t *testing.T) ([]*meta.Service, error) {
 	var peers []meta.Peer
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, meta.Peer{ID: fmt.Sprintf("meta%d", i), Addr: freeAddr(t), RaftAddr: freeAddr(t)})
@@ -29,17 +52,21 @@ func startReplicas(t *testing.T) []*meta.Service {
 			errs <- err
 		}(i, p)
 	}
+	var failed error
 	for range peers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if err := <-errs; err != nil && failed == nil {
+			failed = err
 		}
 	}
-	t.Cleanup(func() {
+	if failed != nil {
 		for _, s := range svcs {
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 		}
-	})
-	return svcs
+		return nil, failed
+	}
+	return svcs, nil
 }
 
 func addrsOf(svcs []*meta.Service) string {
