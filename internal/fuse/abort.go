@@ -40,7 +40,7 @@ type Mounted struct {
 // Attached reports whether the mount is still in this process's mount
 // namespace, where an unmount can reach it (not detached lazily).
 func (m *Mounted) Attached() bool {
-	dev, ok := mountDevice(m.where)
+	dev, ok := fuseconn.Device(m.where)
 	return ok && dev == m.dev
 }
 

@@ -8,6 +8,7 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"tandemfs/internal/client"
+	"tandemfs/internal/fuseconn"
 	"tandemfs/internal/osthread"
 )
 
@@ -86,7 +87,12 @@ func Mount(c *client.Client, dir string, o MountOptions) (*Mounted, error) {
 		srv.Unmount()
 		return nil, fmt.Errorf("mounting %s: %w", dir, err)
 	}
-	dev, _ := mountDevice(where)
+	// From /proc/self/mountinfo, not from a stat of the mount point: that
+	// stat is a request to this very process, made as it starts serving.
+	// Over io_uring such a request was once never answered, leaving the
+	// process unkillable (CI, 2026-11-27), and while it is in flight an
+	// unmount of the new mount fails with EBUSY.
+	dev, _ := fuseconn.Device(where)
 	if root && dev != "" {
 		setReadahead(dev, readaheadKB)
 	}

@@ -3,8 +3,6 @@ package fuse
 import (
 	"fmt"
 	"os"
-
-	"tandemfs/internal/fuseconn"
 )
 
 // readaheadKB is the kernel readahead window asked for on the mount. FUSE
@@ -20,11 +18,3 @@ const readaheadKB = 1024
 func setReadahead(dev string, kb int) {
 	os.WriteFile(fmt.Sprintf("/sys/class/bdi/%s/read_ahead_kb", dev), []byte(fmt.Sprintf("%d\n", kb)), 0o644)
 }
-
-// mountDevice returns the device number of the FUSE mount at dir (an
-// absolute path without symlinks) from /proc/self/mountinfo, not from a
-// stat of dir: that stat is a request to this very process, made as it
-// starts serving. Over io_uring such a request was once never answered,
-// leaving the process unkillable (CI, 2026-11-27), and while it is in
-// flight an unmount of the new mount fails with EBUSY.
-func mountDevice(dir string) (dev string, ok bool) { return fuseconn.Device(dir) }
