@@ -175,7 +175,10 @@ func openingPath(pid int, task string) string {
 // left with threads in D state that not even SIGKILL ended (2026-11-28).
 func TestAMountStuckOnAGoneMetadataServiceStopsWithDownForce(t *testing.T) {
 	c := testcluster.Start(t)
-	pid := readPidFile(t, c.PidFile("mount"))
+	pid := cluster.Pid(c.Dir(), "mount")
+	if pid <= 0 {
+		t.Fatal("no PID recorded for the mount")
+	}
 	dir := filepath.Join(c.Mount(), "loop")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -204,19 +207,6 @@ func TestAMountStuckOnAGoneMetadataServiceStopsWithDownForce(t *testing.T) {
 	if app.ProcessState.Success() {
 		t.Fatal("the application's create loop ended without an error")
 	}
-}
-
-func readPidFile(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("pid file %s: %v", path, err)
-	}
-	return pid
 }
 
 // waitProcessGone waits for process pid to end entirely: gone, or a zombie

@@ -160,6 +160,9 @@ func SignalProcess(dir, name string, sig syscall.Signal) error {
 // PidFile is the file holding the PID of one process of the cluster.
 func PidFile(dir, name string) string { return pidFile(dir, name) }
 
+// Pid is the recorded PID of one process of the cluster, or 0.
+func Pid(dir, name string) int { return readPid(dir, name) }
+
 // Kill sends SIGKILL to every recorded process at once, as a crash would
 // (for tests of durability).
 func Kill(dir string) error {
