@@ -41,7 +41,8 @@
 # the run goes on. Whatever this script started is stopped on exit or Ctrl-C.
 # Output: <system>.json (suite.sh format), env.json (machine, commit, per-system
 # status, load), run.log (this script's progress), logs/ (up/down/suite
-# output), table.md (scripts/bench-table.py).
+# output), table.md (scripts/bench-table.py), chart.svg (scripts/bench-chart.py:
+# TandemFS against the best peer, row by row).
 set -uo pipefail
 
 PROG=bench-compare
@@ -112,7 +113,7 @@ SUITE_PID=""        # process group of the running suite.sh
 CURRENT_SYS=""      # system being measured now
 CURRENT_DOWN=""     # command that stops the system that is up now
 WT=""               # temporary git worktree
-finish_env() {      # env.json + table.md, also after an interrupted run
+finish_env() {      # env.json, table.md and chart.svg, also after an interrupted run
     python3 - "$OUT" "$STATUS" <<'PY' || log "could not write env.json"
 import json, os, sys, subprocess
 out, status = sys.argv[1:3]
@@ -134,6 +135,11 @@ PY
         mv "$OUT/table.md.tmp" "$OUT/table.md"; log "wrote $OUT/table.md"
     else
         rm -f "$OUT/table.md.tmp"; log "bench-table.py failed"
+    fi
+    if python3 "$REPO/scripts/bench-chart.py" "$OUT" >"$OUT/chart.svg.tmp"; then
+        mv "$OUT/chart.svg.tmp" "$OUT/chart.svg"; log "wrote $OUT/chart.svg"
+    else
+        rm -f "$OUT/chart.svg.tmp"; log "bench-chart.py failed"
     fi
 }
 descendants() {   # PID -> all descendant PIDs, deepest first

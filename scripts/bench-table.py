@@ -47,38 +47,54 @@ def ratio(a, b):
     return "{:.2f}".format(a / b)
 
 
+class Results:
+    """The results in one bench-results directory: systems in table order,
+    their suite.sh data, their status in env.json, the peers among them and
+    the job counts measured."""
+
+    def __init__(self, d):
+        self.env = {}
+        if os.path.exists(os.path.join(d, "env.json")):
+            self.env = json.load(open(os.path.join(d, "env.json")))
+        order = self.env.get("systems_order")
+        if not order:
+            found = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json") and f != "env.json")
+            order = [s for s in NOT_PEERS if s in found] + [s for s in found if s not in NOT_PEERS]
+        self.order = order
+        self.status = self.env.get("systems", {})
+        self.data = {}
+        for s in order:
+            p = os.path.join(d, s + ".json")
+            if os.path.exists(p):
+                try:
+                    self.data[s] = json.load(open(p))
+                except ValueError:
+                    pass
+        self.peers = [s for s in order if s not in NOT_PEERS]
+        jobs = []
+        for s in self.data.values():
+            for j in s.get("meta", {}).get("jobs", []):
+                if j not in jobs:
+                    jobs.append(j)
+        self.jobs = sorted(jobs, key=int) or ["1", "2"]
+
+    def val(self, s, key, j):
+        """System s's value of measure key with j jobs, or None."""
+        v = self.data.get(s, {}).get(key, {})
+        return v.get(j) if isinstance(v, dict) else None
+
+    def best_peer(self, key, j):
+        """(value, system) of the best peer for key with j jobs, or None."""
+        pv = [(self.val(p, key, j), p) for p in self.peers if self.val(p, key, j) is not None]
+        return max(pv) if pv else None
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    env = {}
-    if os.path.exists(os.path.join(d, "env.json")):
-        env = json.load(open(os.path.join(d, "env.json")))
-    order = env.get("systems_order")
-    if not order:
-        found = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json") and f != "env.json")
-        order = [s for s in NOT_PEERS if s in found] + [s for s in found if s not in NOT_PEERS]
-    status = env.get("systems", {})
-    data = {}
-    for s in order:
-        p = os.path.join(d, s + ".json")
-        if os.path.exists(p):
-            try:
-                data[s] = json.load(open(p))
-            except ValueError:
-                pass
-    peers = [s for s in order if s not in NOT_PEERS]
-
-    jobs = []
-    for s in data.values():
-        for j in s.get("meta", {}).get("jobs", []):
-            if j not in jobs:
-                jobs.append(j)
-    jobs = sorted(jobs, key=int) or ["1", "2"]
-
-    def val(s, key, j):
-        v = data.get(s, {}).get(key, {})
-        return v.get(j) if isinstance(v, dict) else None
+    r = Results(d)
+    env, order, status, data, peers, jobs, val = r.env, r.order, r.status, r.data, r.peers, r.jobs, r.val
 
     def head(s):
         n = NAMES.get(s, s)
@@ -105,17 +121,11 @@ def main():
             t = val("tandem", key, j)
             if has_t and "local" in order:
                 row.append(ratio(t, val("local", key, j)))
+            bp = r.best_peer(key, j)
             if has_t and peers:
-                pv = [(val(p, key, j), p) for p in peers if val(p, key, j) is not None]
-                if pv:
-                    best, bp = max(pv)
-                    r = ratio(t, best)
-                    row.append(r + " (" + NAMES.get(bp, bp) + ")")
-                else:
-                    row.append("—")
+                row.append(ratio(t, bp[0]) + " (" + NAMES.get(bp[1], bp[1]) + ")" if bp else "—")
             if has_t1 and peers:
-                pv = [(val(p, key, j), p) for p in peers if val(p, key, j) is not None]
-                row.append(ratio(val("tandem1", key, j), max(pv)[0]) if pv else "—")
+                row.append(ratio(val("tandem1", key, j), bp[0]) if bp else "—")
             out.append("| " + " | ".join(row) + " |")
 
     title = "# Benchmark comparison " + os.path.basename(os.path.normpath(d))
