@@ -37,7 +37,8 @@ def goal(key):
 
 
 def rows(res):
-    """(label, measure key, {series: ratio or None}) for every row with a peer."""
+    """(label, measure key, {series: ratio or None}, best peer's name) for every
+    row that some peer measured."""
     out = []
     for key, label in bench_table.MEASURES:
         for j in res.jobs:

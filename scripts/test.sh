@@ -11,7 +11,7 @@ if [ -n "$unformatted" ]; then
     echo "not gofmt-formatted:"; echo "$unformatted"; exit 1
 fi
 go vet ./...
-# The benchmark scripts' table and chart (scripts/*_test.py).
+# The benchmark chart's specification (scripts/bench_chart_test.py).
 python3 -m unittest discover -s scripts -p '*_test.py'
 # The packages under tests/ build the tandem binary themselves and run it:
 # Go's test cache cannot see that binary's sources, so a cached "ok" there
