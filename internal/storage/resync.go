@@ -231,8 +231,9 @@ func (r *resyncRun) current() error {
 
 // walk compares the copies bucket by bucket and has the chunks that
 // differ copied by resyncWorkers workers while it lists the next buckets;
-// copied chunks are made durable on the member in large batches (see
-// syncer), all of them before walk returns, so before OpResyncDone.
+// copied chunks are made durable on the member in batches while the copy
+// goes on (see syncer), all of them before walk returns, so before
+// OpResyncDone.
 func (r *resyncRun) walk() error {
 	defer r.s.share.begin()() // clients' I/O leaves the copy its share
 	var (
@@ -249,7 +250,7 @@ func (r *resyncRun) walk() error {
 		}
 	}
 	todo := make(chan copyItem, resyncWorkers)
-	toSync := make(chan chunkKey, resyncWorkers)
+	toSync := make(chan copiedChunk, resyncWorkers)
 	var workers, syncer sync.WaitGroup
 	syncer.Add(1)
 	go func() {
@@ -280,7 +281,7 @@ func (r *resyncRun) walk() error {
 					p.Bytes += uint64(n)
 				})
 				if kept {
-					toSync <- k
+					toSync <- copiedChunk{k, n}
 				}
 			}
 		}()
@@ -461,39 +462,88 @@ func (r *resyncRun) changed(st proto.ChunkStat) bool {
 // chains) and 602-645 against 533-556 (scenario 8, one), stalls the same.
 const resyncWorkers = 8
 
-// resyncSyncBatch is how many copied chunks a resync makes durable on the
-// member at once: about a GiB of 1 MiB chunks, most of which the member's
-// kernel has written back by then. Each fsync makes the member's file
-// system commit its journal, which stalls the copy's own writes
-// meanwhile: syncing per chunk, per bucket or per 256 chunks made a
-// resync up to twice as slow as syncing once at the end.
-const resyncSyncBatch = 1024
+// A resync makes its copies durable on the member in batches of at most
+// resyncSyncBytes or resyncSyncChunks, whichever fills first, each synced
+// while the next is copied; walk waits only when a batch fills before the
+// one before it is durable, and for the last.
+//
+// Why 64 MiB and not a GiB: the member writes its copies with
+// RWF_DONTCACHE, so its kernel starts writing each piece at once and an
+// fsync finds little left to write; what it waits for is the disk's own
+// cache flush, which takes longer the more the disk holds unflushed. On
+// the test VM the sync at the end of one chain's 512 MiB stalled every
+// request on the disk for 0.6 s (`/proc/diskstats`: 26-30 requests in
+// flight, none finishing), the other chain's copy with it.
+// TestResyncSpeed (1 GiB over two chains, a client appending), alternated
+// runs on 2026-11-28: 434-465 MB/s against 310-366 with one sync per 1024
+// chunks (4 pairs); without the client 544-665 against 496-591 (3 pairs);
+// batches of 16 MiB 338-478, of 256 MiB 307-415. On 2026-11-22, before
+// RWF_DONTCACHE, batches of 32-256 chunks were slower than 1024, since
+// each fsync then had the whole batch still to write.
+const (
+	resyncSyncBytes  = 64 << 20
+	resyncSyncChunks = 1024 // for chunks with few bytes: holes, truncations
+)
 
-// syncer makes the chunks received on toSync durable on the member, in
-// batches of resyncSyncBatch and the rest when toSync is closed.
-func (r *resyncRun) syncer(toSync <-chan chunkKey) error {
-	var firstErr error
-	batch := map[uint64][]uint64{}
-	n := 0
-	flush := func() {
-		if n > 0 && firstErr == nil {
-			t0 := time.Now()
-			firstErr = r.syncMember(batch)
-			r.job.mu.Lock()
-			r.job.durable += time.Since(t0)
-			r.job.mu.Unlock()
+// copiedChunk is a chunk the member now holds, and the bytes sent for it.
+type copiedChunk struct {
+	key   chunkKey
+	bytes int
+}
+
+// syncer makes the chunks received on toSync durable on the member (see
+// syncInBatches).
+func (r *resyncRun) syncer(toSync <-chan copiedChunk) error {
+	waited, err := syncInBatches(toSync, r.syncMember)
+	r.job.mu.Lock()
+	r.job.durable += waited
+	r.job.mu.Unlock()
+	return err
+}
+
+// syncInBatches passes the chunks received on toSync to sync, by file, in
+// batches of at most resyncSyncBytes or resyncSyncChunks, one batch
+// syncing while the next fills. It returns once toSync is closed and
+// every batch is synced, or after the first failed sync (the chunks
+// received after it are drained, not synced), with the time it spent
+// waiting for syncs.
+func syncInBatches(toSync <-chan copiedChunk, sync func(batch map[uint64][]uint64) error) (waited time.Duration, err error) {
+	var (
+		batch    = map[uint64][]uint64{}
+		bytes, n int
+		running  chan error // the sync of the batch before, if any
+	)
+	wait := func() {
+		if running == nil {
+			return
 		}
-		clear(batch)
-		n = 0
+		t0 := time.Now()
+		if e := <-running; e != nil && err == nil {
+			err = e
+		}
+		running = nil
+		waited += time.Since(t0)
 	}
-	for k := range toSync {
-		batch[k.ino] = append(batch[k.ino], k.idx)
-		if n++; n >= resyncSyncBatch {
+	flush := func() {
+		wait()
+		b := batch
+		batch, bytes, n = map[uint64][]uint64{}, 0, 0
+		if len(b) == 0 || err != nil {
+			return
+		}
+		running = make(chan error, 1)
+		go func(done chan<- error) { done <- sync(b) }(running)
+	}
+	for c := range toSync {
+		batch[c.key.ino] = append(batch[c.key.ino], c.key.idx)
+		bytes += c.bytes
+		if n++; bytes >= resyncSyncBytes || n >= resyncSyncChunks {
 			flush()
 		}
 	}
 	flush()
-	return firstErr
+	wait()
+	return waited, err
 }
 
 func less(a, b proto.ChunkStat) bool {
