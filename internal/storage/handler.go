@@ -137,6 +137,9 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 			if err != nil {
 				return err
 			}
+			if !r.Bulk {
+				st.wrote(len(r.Data)) // a resync makes its copies durable itself
+			}
 			if r.Sync {
 				idx := [1]uint64{ref.Index}
 				return st.Sync(ref.Ino, idx[:])

@@ -73,6 +73,8 @@ type Target struct {
 	// noDropBehind is set once the kernel or file system refused a write
 	// with RWF_DONTCACHE (dropbehind.go).
 	noDropBehind atomic.Bool
+	// behind flushes the file system behind large writes (flushbehind.go).
+	behind flushBehind
 
 	// inoLocks order opening chunk files against Delete: opening takes
 	// the shared side of the ino's stripe, Delete the exclusive side, so
