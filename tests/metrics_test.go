@@ -68,6 +68,43 @@ func TestEveryServiceExportsWhatItDoesAsPrometheusMetrics(t *testing.T) {
 	}
 }
 
+// A stream of large writes has the storage servers flush their targets'
+// file systems behind it (internal/storage/flushbehind.go): each target
+// here takes 80 MiB of a 160 MiB file (two copies over four targets), more
+// than the 64 MiB after which a flush begins.
+func TestLargeWritesAreFlushedBehindOnTheServersDisks(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
+	c := testcluster.Start(t)
+	f, err := os.Create(filepath.Join(c.Mount(), "stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := randBytes(1 << 20)
+	for range 160 {
+		if _, err := f.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var flushes, failed float64
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		flushes, failed = 0, 0
+		for _, name := range []string{"storage1", "storage2"} {
+			s := scrapeMetrics(t, c, name)
+			flushes += s.sum("tandem_storage_flush_behind_total")
+			failed += s.sum("tandem_storage_flush_behind_errors_total")
+		}
+		if flushes >= 4 || time.Now().After(end) {
+			break
+		}
+	}
+	if flushes < 4 || failed != 0 {
+		t.Fatalf("%v flushes behind the writes, %v failed; want one or more on each of the 4 targets, none failed", flushes, failed)
+	}
+}
+
 // When a storage server dies, the metadata service's metrics show its
 // chains degraded and their members on it offline, the alert an
 // administrator needs before a second failure.

@@ -71,10 +71,14 @@ func (t *Target) flushNow() {
 	if p := f.flush.Load(); p != nil {
 		flush = *p
 	}
+	t0 := time.Now()
 	err := flush(t.dir)
+	flushBehindFlushes.Inc()
+	flushBehindSeconds.Add(time.Since(t0).Seconds())
 	if err == nil {
 		return
 	}
+	flushBehindErrors.Inc()
 	now := time.Now().UnixNano()
 	if last := f.logged.Load(); now-last >= int64(flushBehindQuiet) && f.logged.CompareAndSwap(last, now) {
 		t.logf("storage: target %s: flushing its file system behind large writes failed: %v (clients' fsyncs report their own errors)", t.dir, err)

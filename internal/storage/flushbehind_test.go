@@ -7,9 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 )
+
+// counted is a counter's value.
+func counted(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
 
 // countingFlush stands in for syncFS on a target: it counts the flushes
 // begun and, when gated, holds each until released.
@@ -134,6 +147,7 @@ func TestAFailedFlushIsLoggedOnceAMinuteAndDoesNotStopTheNext(t *testing.T) {
 		logs = append(logs, format)
 	}})
 	c := countFlushes(tg, false, errors.New("disk gone"))
+	flushes, failed := counted(t, flushBehindFlushes), counted(t, flushBehindErrors)
 	for range 3 {
 		for range flushBehindBytes / mib {
 			tg.wrote(mib)
@@ -145,6 +159,12 @@ func TestAFailedFlushIsLoggedOnceAMinuteAndDoesNotStopTheNext(t *testing.T) {
 	defer mu.Unlock()
 	if len(logs) != 1 || !strings.Contains(logs[0], "flushing its file system") {
 		t.Fatalf("logged %q, want one line about the failed flush", logs)
+	}
+	if n := counted(t, flushBehindFlushes) - flushes; n != 3 {
+		t.Errorf("tandem_storage_flush_behind_total rose by %v, want 3", n)
+	}
+	if n := counted(t, flushBehindErrors) - failed; n != 3 {
+		t.Errorf("tandem_storage_flush_behind_errors_total rose by %v, want 3", n)
 	}
 }
 

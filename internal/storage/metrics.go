@@ -25,6 +25,14 @@ var (
 	// to returning or replacement members.
 	resyncCopiedBytes = metrics.Counter("tandem_storage_resync_copied_bytes_total",
 		"Bytes copied to chain members that were resyncing.")
+	// The flushes behind large client writes (flushbehind.go): how many,
+	// how long they took, how many failed.
+	flushBehindFlushes = metrics.Counter("tandem_storage_flush_behind_total",
+		"Flushes of a target's file system behind large client writes (syncfs), ended or failed.")
+	flushBehindSeconds = metrics.Counter("tandem_storage_flush_behind_seconds_total",
+		"Seconds spent in flushes behind large client writes.")
+	flushBehindErrors = metrics.Counter("tandem_storage_flush_behind_errors_total",
+		"Flushes behind large client writes that failed.")
 )
 
 // metaClient is an RPC client for a metadata service at addr.
