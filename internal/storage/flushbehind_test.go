@@ -65,11 +65,7 @@ func (c *countingFlush) count() int {
 // waitBegun waits for the next flush to begin, failing after a few seconds.
 func (c *countingFlush) waitBegun(t *testing.T) {
 	t.Helper()
-	select {
-	case <-c.started:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no flush began")
-	}
+	receiveWithin(t, c.started, 5*time.Second, "no flush began")
 }
 
 // assertNoneBegins checks that no further flush begins for a while.

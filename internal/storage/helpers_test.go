@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // openTestTarget opens a fresh target in a temporary directory.
@@ -97,5 +98,16 @@ func assertSame(t testing.TB, what string, got, want []byte) {
 		if got[i] != want[i] {
 			t.Fatalf("%s: first difference at byte %d: got %#x, want %#x", what, i, got[i], want[i])
 		}
+	}
+}
+
+// receiveWithin waits up to d for a signal on ch, and fails the test with
+// failure if none comes.
+func receiveWithin(t *testing.T, ch <-chan struct{}, d time.Duration, failure string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatal(failure)
 	}
 }

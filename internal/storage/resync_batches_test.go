@@ -69,11 +69,7 @@ func sendWithin(in chan<- copiedChunk, c copiedChunk, d time.Duration) bool {
 // a few seconds.
 func (r *recordingSync) waitStarted(t *testing.T) {
 	t.Helper()
-	select {
-	case <-r.started:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no sync started")
-	}
+	receiveWithin(t, r.started, 5*time.Second, "no sync started")
 }
 
 func copied1MiB(ino, idx uint64) copiedChunk { return copiedChunk{chunkKey{ino, idx}, 1 << 20} }
