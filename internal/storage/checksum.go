@@ -1,11 +1,12 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"syscall"
+
+	"tandemfs/internal/chunksum"
 )
 
 // Checksum geometry; see the package documentation for the format.
@@ -35,15 +36,9 @@ func putEntry(b []byte, i int, e entry) {
 	binary.LittleEndian.PutUint32(b[i*entrySize+4:], e.cur)
 }
 
-// blockCRC is the checksum of a block given its bytes on disk, which are
-// fewer than BlockSize for the chunk's last block: the rest counts as zeros.
-func blockCRC(b []byte) uint32 {
-	c := crc32.Update(0, castagnoli, b)
-	if len(b) < BlockSize {
-		c = crc32.Update(c, castagnoli, zeroBlock[:BlockSize-len(b)])
-	}
-	return c
-}
+// blockCRC is the checksum of a block given its bytes on disk (see
+// chunksum.BlockCRC).
+func blockCRC(b []byte) uint32 { return chunksum.BlockCRC(b) }
 
 // contentCRC is the checksum of the contents entry e vouches for, as the
 // prev slot of the next write to the block: cur, or for a block never
@@ -59,12 +54,7 @@ func (e entry) contentCRC() uint32 {
 func (e entry) valid(b []byte) bool { return e.check(blockCRC(b), b) }
 
 // check is valid for contents b whose checksum c is already known.
-func (e entry) check(c uint32, b []byte) bool {
-	if c == e.cur || c == e.prev {
-		return true
-	}
-	return e.prev == 0 && e.cur == 0 && bytes.Equal(b, zeroBlock[:len(b)])
-}
+func (e entry) check(c uint32, b []byte) bool { return chunksum.Matches(e.prev, e.cur, c, b) }
 
 // ChecksumError reports a block whose contents match neither checksum of
 // its entry. It unwraps to syscall.EIO, the errno the application sees.
