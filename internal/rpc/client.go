@@ -465,9 +465,70 @@ func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc),
 	return n, err
 }
 
-// readDataReply reads a reply frame holding one byte string into dst.
-// Errors other than *Error leave the connection unusable.
-func (c *Client) readDataReply(cn *conn, dst []byte) (int, error) {
+// CallReadTail sends a request whose reply is a wire byte string (u32
+// length + bytes) followed by raw bytes to the end of the frame, as a
+// handler that sets a file tail (wire.FileTail) sends it: the string lands
+// in head and the raw bytes straight in dst. It returns the lengths of
+// both.
+func (c *Client) CallReadTail(ctx context.Context, op uint16, enc func(*wire.Enc), head, dst []byte) (nh, n int, err error) {
+	var fb frameBytes
+	start := time.Now()
+	cn, err := c.send(ctx, op, enc, body{}, kindOf(op, len(dst)), &fb)
+	if err != nil {
+		return 0, 0, err
+	}
+	nh, n, err = c.readTailReply(cn, head, dst)
+	c.replies.record(cn.kind, time.Since(cn.sent))
+	fb.received = lenBytes + respHeader + 4 + nh + n
+	ended := cn.unwatch()
+	switch re := (*Error)(nil); {
+	case ended:
+		c.broken(cn)
+		err = c.ctxErr(ctx, err)
+	case err == nil || errors.As(err, &re):
+		c.put(cn)
+	default:
+		c.broken(cn)
+	}
+	if c.Observer != nil {
+		c.Observer.Observe(op, start, fb.sent, fb.received, err != nil)
+	}
+	return nh, n, err
+}
+
+// readTailReply reads a reply frame holding a byte string, into head, and
+// raw bytes after it, into dst. Errors other than *Error leave the
+// connection unusable.
+func (c *Client) readTailReply(cn *conn, head, dst []byte) (int, int, error) {
+	rest, err := c.readReplyHeader(cn)
+	if err != nil {
+		return 0, 0, err
+	}
+	var lb [4]byte
+	if rest < 4 {
+		return 0, 0, &NetError{c.Addr, errors.New("reply without a head")}
+	}
+	if _, err := io.ReadFull(cn.r, lb[:]); err != nil {
+		return 0, 0, &NetError{c.Addr, err}
+	}
+	nh := int(binary.LittleEndian.Uint32(lb[:]))
+	n := rest - 4 - nh
+	if nh > len(head) || n < 0 || n > len(dst) {
+		return 0, 0, &NetError{c.Addr, fmt.Errorf("reply of %d + %d bytes for buffers of %d and %d", nh, n, len(head), len(dst))}
+	}
+	if _, err := io.ReadFull(cn.r, head[:nh]); err != nil {
+		return 0, 0, &NetError{c.Addr, err}
+	}
+	if _, err := io.ReadFull(cn.r, dst[:n]); err != nil {
+		return 0, 0, &NetError{c.Addr, err}
+	}
+	return nh, n, nil
+}
+
+// readReplyHeader reads a reply frame's length and errno and returns how
+// many bytes of the frame follow; an error reply is read whole and
+// returned as an *Error.
+func (c *Client) readReplyHeader(cn *conn) (int, error) {
 	var hdr [lenBytes + respHeader]byte
 	if _, err := io.ReadFull(cn.r, hdr[:]); err != nil {
 		return 0, &NetError{c.Addr, err}
@@ -483,6 +544,16 @@ func (c *Client) readDataReply(cn *conn, dst []byte) (int, error) {
 			return 0, &NetError{c.Addr, err}
 		}
 		return 0, &Error{Errno: syscall.Errno(errno), Msg: string(msg)}
+	}
+	return rest, nil
+}
+
+// readDataReply reads a reply frame holding one byte string into dst.
+// Errors other than *Error leave the connection unusable.
+func (c *Client) readDataReply(cn *conn, dst []byte) (int, error) {
+	rest, err := c.readReplyHeader(cn)
+	if err != nil {
+		return 0, err
 	}
 	var lb [4]byte
 	if rest < 4 {

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"tandemfs/internal/wire"
 )
 
 // body is what follows a request's encoded fields: bytes in memory, or a
@@ -38,9 +42,36 @@ func (cn *conn) sendFile(r *fileRange) error {
 	if cn.raw == nil {
 		return errors.New("sendfile: the connection has no descriptor")
 	}
+	return sendfileTo(cn.raw, r)
+}
+
+// sendTail sends a reply's file tail on the server's connection c and
+// closes its file.
+func sendTail(c net.Conn, t *wire.FileTail) error {
+	defer closeTail(t)
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return errors.New("sendfile: the connection has no descriptor")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return sendfileTo(raw, &fileRange{fd: t.FD, off: t.Off, n: t.N})
+}
+
+// closeTail closes the file of a reply's tail, if there is one.
+func closeTail(t *wire.FileTail) {
+	if t != nil {
+		unix.Close(t.FD)
+	}
+}
+
+// sendfileTo sends the bytes of r on the socket behind raw.
+func sendfileTo(raw syscall.RawConn, r *fileRange) error {
 	off, left := r.off, r.n
 	var sendErr error
-	err := cn.raw.Write(func(sock uintptr) bool {
+	err := raw.Write(func(sock uintptr) bool {
 		for left > 0 {
 			n, err := unix.Sendfile(int(sock), r.fd, &off, left)
 			if n > 0 {

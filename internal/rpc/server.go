@@ -135,8 +135,9 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
-		out = s.serveFrame(in, out)
-		if _, err := c.Write(out); err != nil {
+		var tail *wire.FileTail
+		out, tail = s.serveFrame(in, out)
+		if !s.send(c, out, tail) {
 			return
 		}
 		if s.PollNext > 0 && r.Buffered() == 0 {
@@ -148,41 +149,70 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 }
 
+// send writes a reply frame, and the file tail that ends it if there is
+// one, and reports whether the connection can go on.
+func (s *Server) send(c net.Conn, out []byte, tail *wire.FileTail) bool {
+	if _, err := c.Write(out); err != nil {
+		closeTail(tail)
+		return false
+	}
+	if tail == nil {
+		return true
+	}
+	err := sendTail(c, tail)
+	if err != nil {
+		// The frame is cut short: the caller sees the connection end.
+		s.logf("reply to %s: %v", c.RemoteAddr(), err)
+	}
+	return err == nil
+}
+
 // serveFrame runs one request frame, tells the Observer, and returns the
-// reply frame.
-func (s *Server) serveFrame(in, out []byte) []byte {
+// reply frame and the file tail that ends it, if any.
+func (s *Server) serveFrame(in, out []byte) ([]byte, *wire.FileTail) {
 	if s.Observer == nil {
 		return s.handle(in, out)
 	}
 	start := time.Now()
-	out = s.handle(in, out)
+	out, tail := s.handle(in, out)
 	var op uint16
 	if len(in) >= 2 {
 		op = binary.LittleEndian.Uint16(in)
 	}
 	failed := binary.LittleEndian.Uint32(out[lenBytes:]) != 0
-	s.Observer.Observe(op, start, len(out), lenBytes+len(in), failed)
-	return out
+	sent := len(out)
+	if tail != nil {
+		sent += tail.N
+	}
+	s.Observer.Observe(op, start, sent, lenBytes+len(in), failed)
+	return out, tail
 }
 
-// handle runs one request frame and returns the reply frame.
-func (s *Server) handle(in, out []byte) []byte {
+// handle runs one request frame and returns the reply frame, and the file
+// tail the handler set to end it (counted in the frame's length).
+func (s *Server) handle(in, out []byte) ([]byte, *wire.FileTail) {
 	out = frameStart(out)
 	out = append(out, 0, 0, 0, 0) // errno, filled in below
 	if len(in) < reqHeader {
-		return s.errorReply(out, Errorf(EBADMSG, "request frame of %d bytes has no header", len(in)))
+		return s.errorReply(out, Errorf(EBADMSG, "request frame of %d bytes has no header", len(in))), nil
 	}
 	op := binary.LittleEndian.Uint16(in)
 	enc := &wire.Enc{B: out}
 	err := s.safeHandle(op, wire.NewDec(in[reqHeader:]), enc)
 	if err != nil {
-		return s.errorReply(out, err)
+		closeTail(enc.Tail)
+		return s.errorReply(out, err), nil
 	}
 	out = enc.B
-	if err := frameEnd(out); err != nil {
-		return s.errorReply(out[:lenBytes+respHeader], err)
+	extra := 0
+	if enc.Tail != nil {
+		extra = enc.Tail.N
 	}
-	return out
+	if err := frameEndWith(out, extra); err != nil {
+		closeTail(enc.Tail)
+		return s.errorReply(out[:lenBytes+respHeader], err), nil
+	}
+	return out, enc.Tail
 }
 
 // safeHandle turns a handler panic into an error reply: one bad request

@@ -21,6 +21,18 @@ var ErrShort = errors.New("wire: message truncated")
 // Enc appends encoded fields to a byte slice.
 type Enc struct {
 	B []byte
+	// Tail, set by a reply's handler, is bytes the transport sends after
+	// B straight from a file, with sendfile(2) (see FileTail).
+	Tail *FileTail
+}
+
+// FileTail is the last N bytes of a reply, at Off of the open file FD,
+// which the transport sends without reading them into memory. It owns FD:
+// the transport closes it once the bytes are sent, or the reply fails.
+type FileTail struct {
+	FD  int
+	Off int64
+	N   int
 }
 
 // NewEnc returns an encoder that appends to buf[:0].
