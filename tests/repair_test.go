@@ -97,7 +97,9 @@ func readDirect(t *testing.T, path string, n int) ([]byte, error) {
 // no longer match their checksum on the head of a chain (bit rot) is
 // read from the other copy, written back over the bad one, and the
 // reader gets the right bytes; no target is taken out for it. The head
-// counts the bad block in its metrics.
+// counts the bad block in its metrics. The mount, which asked for the
+// bytes sent without being read on the head (OpChunkReadSent), found
+// the mismatch itself and read them again the checked way.
 func TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy(t *testing.T) {
 	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
 	c := testcluster.Start(t)
@@ -128,6 +130,9 @@ func TestABadBlockOnTheHeadIsRepairedFromTheOtherCopy(t *testing.T) {
 	}
 	if bad := storageSum(t, c, "tandem_storage_checksum_errors_total"); bad < 1 {
 		t.Errorf("the storage servers counted %v checksum errors, want at least 1", bad)
+	}
+	if n := scrapeMetrics(t, c, "mount").sum("tandem_client_sent_read_mismatches_total"); n < 1 {
+		t.Errorf("the mount counted %v sent pieces that did not match their checksums, want at least 1", n)
 	}
 }
 

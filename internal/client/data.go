@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/chunksum"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 )
@@ -115,13 +116,57 @@ func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
 		dst := buf[p.pos : p.pos+uint64(p.n)]
 		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
-			got, err := s.CallReadContext(ctx, proto.OpChunkRead, r.Encode, dst)
+			got, err := 0, errNotSent
+			if sentReadable(p) {
+				got, err = readSent(ctx, s, &r, dst)
+			}
+			if err == errNotSent {
+				got, err = s.CallReadContext(ctx, proto.OpChunkRead, r.Encode, dst)
+			}
 			if err == nil {
 				clear(dst[got:]) // past the chunk's end: a hole
 			}
 			return err
 		})
 	})
+}
+
+// Large reads of whole blocks ask the server to send the bytes from the
+// chunk's file with sendfile, together with the checksum entries of
+// their blocks, and check them here (OpChunkReadSent): the server then
+// neither copies the bytes out of its page cache nor into its socket,
+// which was most of its CPU in a sequential read (docs/benchmarks.md).
+// Where the bytes do not match, a write changed them while they were
+// sent, or they were damaged on the disk or the way: the piece is read
+// again with OpChunkRead, which the server checks and, in a chain of
+// several copies, repairs from another copy.
+const sentReadMin = 64 << 10
+
+// errNotSent says a piece is to be read with OpChunkRead instead.
+var errNotSent = errors.New("read the piece with OpChunkRead")
+
+// sentReadable reports whether piece p may be read with OpChunkReadSent.
+func sentReadable(p piece) bool {
+	return p.n >= sentReadMin && p.off%chunksum.BlockSize == 0 && p.n%chunksum.BlockSize == 0 && p.n <= proto.MaxData
+}
+
+// readSent reads r into dst with OpChunkReadSent and checks the bytes; it
+// returns errNotSent where they must be read again with OpChunkRead.
+func readSent(ctx context.Context, s *rpc.Client, r *proto.ChunkReadReq, dst []byte) (int, error) {
+	sums := make([]byte, int(r.Len)/chunksum.BlockSize*chunksum.EntrySize)
+	nh, n, err := s.CallReadTail(ctx, proto.OpChunkReadSent, r.Encode, sums, dst)
+	var re *rpc.Error
+	if errors.As(err, &re) && (re.Errno == syscall.EOPNOTSUPP || re.Errno == syscall.ENOSYS) {
+		return 0, errNotSent // a file system or a server that cannot send
+	}
+	if err != nil {
+		return 0, err
+	}
+	if nh != (n+chunksum.BlockSize-1)/chunksum.BlockSize*chunksum.EntrySize || chunksum.Check(sums[:nh], dst[:n]) >= 0 {
+		sentReadMismatches.Inc()
+		return 0, errNotSent
+	}
+	return n, nil
 }
 
 // syncChunks fsyncs the given chunks on their targets, one request per

@@ -9,6 +9,11 @@ import (
 var (
 	metaCallMetrics    = metrics.Called("meta", proto.OpName)
 	storageCallMetrics = metrics.Called("storage", proto.OpName)
+	// sentReadMismatches counts pieces sent by a storage server whose
+	// bytes did not match their checksum entries here, and were read
+	// again (see readSent).
+	sentReadMismatches = metrics.Counter("tandem_client_sent_read_mismatches_total",
+		"Pieces a storage server sent with sendfile whose bytes did not match their checksums, read again.")
 )
 
 // ExportMetrics adds this client's own counts to the process's metrics:

@@ -43,6 +43,7 @@ var opNames = map[uint16]string{
 	OpChunkList:     "chunk_list",
 	OpChunkRepair:   "chunk_repair",
 	OpScrubStart:    "scrub_start",
+	OpChunkReadSent: "chunk_read_sent",
 }
 
 // OpName names operation code op, or returns "unknown" for a code no

@@ -17,6 +17,12 @@ const (
 	OpChunkRepair
 	// OpScrubStart (no body) asks a storage server to start a scrub now.
 	OpScrubStart
+	// OpChunkReadSent reads like OpChunkRead (ChunkReadReq, Off at a
+	// block boundary), but the server sends the bytes from the chunk's
+	// file without reading them (sendfile) and the reader checks them:
+	// the reply is the checksum entries of their blocks as a wire byte
+	// string, then the bytes to the end of the frame.
+	OpChunkReadSent
 )
 
 // Routing says which copy of which chain a request is for. A client sends

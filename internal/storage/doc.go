@@ -73,12 +73,15 @@
 // # Service
 //
 // Start runs a storage server: an rpc.Server answering proto.OpChunkWrite,
-// OpChunkRead, OpChunkTruncate, OpChunkSync and OpChunkDelete for the targets
+// OpChunkRead, OpChunkReadSent, OpChunkTruncate, OpChunkSync, OpChunkDelete
+// and the rest of proto's storage operations for the targets
 // it holds (by target ID; an unknown ID gets ENODEV), which registers with
 // the metadata service (proto.OpRegisterServer, under a server UUID kept in
 // server.uuid) and then heartbeats (proto.OpHeartbeat) with each target's
 // capacity. Replies carry no payload except OpChunkRead's: the bytes read,
 // as a wire byte string (wire.Enc.Bytes), shorter than asked where the chunk
-// ends. Errors travel as errnos: EIO for a block failing verification or a
+// ends; and OpChunkReadSent's: the checksum entries of the blocks as a byte
+// string, then the bytes, sent from the chunk's file unread (a file tail,
+// wire.FileTail) for the reader to check (package chunksum). Errors travel as errnos: EIO for a block failing verification or a
 // disk error, ENOSPC for a full disk, EBADMSG for a malformed request.
 package storage

@@ -3,6 +3,8 @@ package storage
 import (
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -35,6 +37,7 @@ func FuzzStorageRequest(f *testing.F) {
 		proto.OpChunkDelete:   &proto.ChunkDeleteReq{Routing: proto.Routing{Target: 1, Chain: 1}, Ino: 3, From: 1},
 		proto.OpChunkList:     &proto.ChunkListReq{Routing: proto.Routing{Target: 1, Chain: 1}, Bucket: 3, Start: true, Limit: 10},
 		proto.OpChunkRepair:   &proto.ChunkRepairReq{Chunk: ref, Member: 2, Blocks: []uint64{0, 7}},
+		proto.OpChunkReadSent: &proto.ChunkReadReq{Chunk: ref, Off: 4096, Len: 8192},
 	} {
 		var e wire.Enc
 		req.Encode(&e)
@@ -44,9 +47,17 @@ func FuzzStorageRequest(f *testing.F) {
 	f.Add(uint16(8), []byte{1, 2, 3})
 
 	f.Fuzz(func(t *testing.T, op uint16, payload []byte) {
-		op = proto.OpChunkWrite + op%9 // the eight storage ops and one unknown
+		op = proto.OpChunkWrite + op%10 // the nine storage ops and one unknown
 		var reply wire.Enc
 		err := svc.handle(op, wire.NewDec(payload), &reply)
+		if reply.Tail != nil {
+			unix.Close(reply.Tail.FD)
+			var req proto.ChunkReadReq
+			req.Decode(wire.NewDec(payload))
+			if err != nil || op != proto.OpChunkReadSent || reply.Tail.N > int(req.Len) {
+				t.Fatalf("op %d: a file tail of %d bytes for %d asked (%v)", op, reply.Tail.N, req.Len, err)
+			}
+		}
 		if err != nil || op != proto.OpChunkRead {
 			return
 		}

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"syscall"
 
@@ -34,6 +35,18 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 				return s.read(st, &r, e)
 			}
 			return s.guardDisk(r.Chunk.Target, func() error { return s.readRepairing(st, c, &r, e) })
+		})
+	case proto.OpChunkReadSent:
+		var r proto.ChunkReadReq
+		r.Decode(d)
+		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
+			if !r.Chunk.Forwarded {
+				s.share.pace(int(min(r.Len, proto.MaxData)))
+			}
+			if len(c.Targets) == 1 {
+				return s.readSent(st, &r, e)
+			}
+			return s.guardDisk(r.Chunk.Target, func() error { return s.readSent(st, &r, e) })
 		})
 	case proto.OpChunkTruncate:
 		var r proto.ChunkTruncateReq
@@ -151,6 +164,28 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 			f.Chunk.Routing = to
 			return p.CallDataContext(ctx, proto.OpChunkWrite, f.EncodeHead, f.Data, nil)
 		})
+}
+
+// readSent answers OpChunkReadSent: the checksum entries, then the bytes
+// as a file tail the rpc server sends with sendfile (wire.FileTail).
+func (s *Service) readSent(st *Target, r *proto.ChunkReadReq, e *wire.Enc) error {
+	if r.Len > proto.MaxData || r.Off%BlockSize != 0 || r.Len%BlockSize != 0 {
+		return rpc.Errorf(syscall.EINVAL, "sent read of %d bytes at %d: must be whole blocks, at most %d bytes", r.Len, r.Off, proto.MaxData)
+	}
+	eb := getBuf(proto.MaxSums)
+	defer putBuf(eb)
+	fd, n, sums, err := st.OpenPiece(r.Chunk.Ino, r.Chunk.Index, int64(r.Off), int(r.Len), (*eb)[:0])
+	if errors.Is(err, errNoSendfile) {
+		return rpc.Errorf(syscall.EOPNOTSUPP, "%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	e.Bytes(sums)
+	if n > 0 {
+		e.Tail = &wire.FileTail{FD: fd, Off: int64(r.Off), N: n}
+	}
+	return nil
 }
 
 // read reads straight into the reply buffer behind the length.

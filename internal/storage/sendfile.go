@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +70,30 @@ func (t *Target) SendPiece(ino, idx uint64, off int64, max int, send func(fd, n 
 		return s.SendFrom(func(fd int) error { return send(fd, n, *eb) })
 	})
 	return n, t.chunkErr("send", k, err)
+}
+
+// OpenPiece is SendPiece for a reader that checks the bytes itself: it
+// returns a new descriptor of the chunk's data file, which the caller
+// closes, the length n of the piece of at most max bytes at off, and the
+// checksum entries of its blocks appended to sums. A chunk without a piece
+// there gives n 0 and fd -1. The descriptor stays valid whatever happens
+// to the chunk; bytes read from it after a write changed them do not
+// match the entries, and the reader then reads again (OpChunkRead).
+func (t *Target) OpenPiece(ino, idx uint64, off int64, max int, sums []byte) (fd, n int, _ []byte, err error) {
+	fd = -1
+	n, err = t.SendPiece(ino, idx, off, max, func(src, _ int, entries []byte) error {
+		d, err := unix.FcntlInt(uintptr(src), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("dup: %w", err)
+		}
+		fd, sums = d, append(sums, entries...)
+		return nil
+	})
+	if err != nil && fd >= 0 {
+		unix.Close(fd)
+		fd = -1
+	}
+	return fd, n, sums, err
 }
 
 // isHole reports whether the n bytes at off of the file fd hold no data

@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"tandemfs/internal/chunksum"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -464,5 +467,56 @@ func TestDiskFullReachesTheClientAsENOSPC(t *testing.T) {
 	err := ts.client.Call(proto.OpChunkWrite, (&proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 1}, Data: []byte("x")}).Encode, nil)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write on a full disk: %v", err)
+	}
+}
+
+// readSentChunk reads with OpChunkReadSent: the checksum entries and the
+// bytes the server sent from the chunk's file.
+func readSentChunk(c *rpc.Client, target uint32, ino, idx uint64, off, n uint32) (sums, data []byte, err error) {
+	req := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: target, Chain: target}, Ino: ino, Index: idx}, Off: off, Len: n}
+	sums, data = make([]byte, proto.MaxSums), make([]byte, n)
+	nh, nd, err := c.CallReadTail(context.Background(), proto.OpChunkReadSent, req.Encode, sums, data)
+	return sums[:nh], data[:nd], err
+}
+
+// OpChunkReadSent sends the bytes unread, with the checksum entries that
+// vouch for them: the reader's check passes on good data, fails on a
+// damaged block (which the server, not reading it, does not notice), and
+// the read stops at the chunk's end like OpChunkRead.
+func TestSentReadsCarryTheChecksumsThatVouchForTheBytes(t *testing.T) {
+	secret, _ := rpc.NewSecret()
+	meta := startFakeMeta(t, secret, "127.0.0.1:0")
+	ts := startServer(t, testConfig(t, secret, meta.addr, 1))
+	waitRegistered(t, ts.svc)
+	tid := ts.svc.Targets()[0].ID()
+	c := ts.client
+	ref := proto.ChunkRef{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 78}
+	data := pattern(5, 1<<20+1000)
+	call(t, c, proto.OpChunkWrite, &proto.ChunkWriteReq{Chunk: ref, Data: data})
+
+	sums, got, err := readSentChunk(c, tid, 78, 0, 64<<10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := data[64<<10:]; !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want the %d from 64 KiB to the chunk's end", len(got), len(want))
+	}
+	if bad := chunksum.Check(sums, got); bad != -1 {
+		t.Fatalf("block %d of good data does not match the entries sent with it", bad)
+	}
+	if _, got, err := readSentChunk(c, tid, 78, 5, 0, 64<<10); err != nil || len(got) != 0 {
+		t.Fatalf("a missing chunk: %d bytes, %v", len(got), err)
+	}
+	if _, _, err := readSentChunk(c, tid, 78, 0, 100, 64<<10); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("a read not at a block boundary: %v, want EINVAL", err)
+	}
+
+	flipBit(t, ts.svc.Targets()[0].dataPath(78, 0), 70_000)
+	sums, got, err = readSentChunk(c, tid, 78, 0, 64<<10, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := chunksum.Check(sums, got); bad != (70_000-64<<10)/chunksum.BlockSize {
+		t.Fatalf("the damaged block: Check says %d", bad)
 	}
 }
