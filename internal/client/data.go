@@ -156,10 +156,16 @@ func readSent(ctx context.Context, s *rpc.Client, r *proto.ChunkReadReq, dst []b
 	sums := make([]byte, int(r.Len)/chunksum.BlockSize*chunksum.EntrySize)
 	nh, n, err := s.CallReadTail(ctx, proto.OpChunkReadSent, r.Encode, sums, dst)
 	var re *rpc.Error
-	if errors.As(err, &re) && (re.Errno == syscall.EOPNOTSUPP || re.Errno == syscall.ENOSYS) {
+	switch {
+	case errors.As(err, &re) && (re.Errno == syscall.EOPNOTSUPP || re.Errno == syscall.ENOSYS):
 		return 0, errNotSent // a file system or a server that cannot send
-	}
-	if err != nil {
+	case rpc.IsNetError(err):
+		// Also what a disk error while the bytes were sent looks like:
+		// the server could only cut the reply short. The checked read
+		// meets the error where the server's disk-failure handling sees
+		// it; a server that is gone fails it as quickly.
+		return 0, errNotSent
+	case err != nil:
 		return 0, err
 	}
 	if nh != (n+chunksum.BlockSize-1)/chunksum.BlockSize*chunksum.EntrySize || chunksum.Check(sums[:nh], dst[:n]) >= 0 {
