@@ -452,17 +452,27 @@ func (c *Client) doCallRead(ctx context.Context, op uint16, enc func(*wire.Enc),
 	if err == nil {
 		fb.received = lenBytes + respHeader + 4 + n // the frame, the byte string's length, its bytes
 	}
+	if err := c.settle(ctx, cn, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// settle puts cn back in the pool, or drops it, once a call's reply was
+// read with err, and returns the error the call reports: err, or for a
+// call ctx ended, that.
+func (c *Client) settle(ctx context.Context, cn *conn, err error) error {
 	ended := cn.unwatch()
 	switch re := (*Error)(nil); {
 	case ended:
 		c.broken(cn)
-		return 0, c.ctxErr(ctx, err)
+		return c.ctxErr(ctx, err)
 	case err == nil || errors.As(err, &re):
 		c.put(cn)
 	default:
 		c.broken(cn)
 	}
-	return n, err
+	return err
 }
 
 // CallReadTail sends a request whose reply is a wire byte string (u32
@@ -480,16 +490,7 @@ func (c *Client) CallReadTail(ctx context.Context, op uint16, enc func(*wire.Enc
 	nh, n, err = c.readTailReply(cn, head, dst)
 	c.replies.record(cn.kind, time.Since(cn.sent))
 	fb.received = lenBytes + respHeader + 4 + nh + n
-	ended := cn.unwatch()
-	switch re := (*Error)(nil); {
-	case ended:
-		c.broken(cn)
-		err = c.ctxErr(ctx, err)
-	case err == nil || errors.As(err, &re):
-		c.put(cn)
-	default:
-		c.broken(cn)
-	}
+	err = c.settle(ctx, cn, err)
 	if c.Observer != nil {
 		c.Observer.Observe(op, start, fb.sent, fb.received, err != nil)
 	}
