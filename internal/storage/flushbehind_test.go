@@ -11,7 +11,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"tandemfs/internal/proto"
-	"tandemfs/internal/rpc"
 )
 
 // counted is a counter's value.
@@ -174,10 +173,7 @@ func TestSyncFSFlushesARealFileSystemAndNamesAMissingDirectory(t *testing.T) {
 }
 
 func TestClientWritesAreFlushedBehindAndAResyncsCopiesAreNot(t *testing.T) {
-	secret, _ := rpc.NewSecret()
-	meta := startFakeMeta(t, secret, "127.0.0.1:0")
-	ts := startServer(t, testConfig(t, secret, meta.addr, 1))
-	waitRegistered(t, ts.svc)
+	ts, _ := startRegisteredServer(t, 1)
 	tg := ts.svc.Targets()[0]
 	c := countFlushes(tg, false, nil)
 	tid := tg.ID()

@@ -230,11 +230,19 @@ func waitRegistered(t *testing.T, svc *Service) {
 	}
 }
 
-func TestServerRegistersItsTargetsAndHeartbeats(t *testing.T) {
+// startRegisteredServer starts a storage server with n targets against a
+// fake metadata service, and returns both once the server has registered.
+func startRegisteredServer(t *testing.T, n int) (*testServer, *fakeMeta) {
+	t.Helper()
 	secret, _ := rpc.NewSecret()
 	meta := startFakeMeta(t, secret, "127.0.0.1:0")
-	ts := startServer(t, testConfig(t, secret, meta.addr, 2))
+	ts := startServer(t, testConfig(t, secret, meta.addr, n))
 	waitRegistered(t, ts.svc)
+	return ts, meta
+}
+
+func TestServerRegistersItsTargetsAndHeartbeats(t *testing.T) {
+	ts, meta := startRegisteredServer(t, 2)
 
 	regs, _ := meta.snapshot()
 	r := regs[0]
@@ -292,10 +300,7 @@ func TestRestartedServerKeepsItsIdentityAndServesAtOnce(t *testing.T) {
 }
 
 func TestServerRegistersAgainWhenTheMetadataServiceForgetsIt(t *testing.T) {
-	secret, _ := rpc.NewSecret()
-	meta := startFakeMeta(t, secret, "127.0.0.1:0")
-	ts := startServer(t, testConfig(t, secret, meta.addr, 1))
-	waitRegistered(t, ts.svc)
+	ts, meta := startRegisteredServer(t, 1)
 	meta.forget()
 	waitFor(t, "a second registration", func() bool { r, _ := meta.snapshot(); return len(r) >= 2 })
 	waitFor(t, "heartbeats after it", func() bool { _, b := meta.snapshot(); return len(b) >= 2 })
@@ -385,10 +390,7 @@ func readChunk(t *testing.T, c *rpc.Client, target uint32, ino uint64, off, n ui
 }
 
 func TestChunkOperationsOverTCP(t *testing.T) {
-	secret, _ := rpc.NewSecret()
-	meta := startFakeMeta(t, secret, "127.0.0.1:0")
-	ts := startServer(t, testConfig(t, secret, meta.addr, 2))
-	waitRegistered(t, ts.svc)
+	ts, _ := startRegisteredServer(t, 2)
 	tid := ts.svc.Targets()[1].ID()
 	c := ts.client
 	ref := func(idx uint64) proto.ChunkRef {
@@ -484,10 +486,7 @@ func readSentChunk(c *rpc.Client, target uint32, ino, idx uint64, off, n uint32)
 // damaged block (which the server, not reading it, does not notice), and
 // the read stops at the chunk's end like OpChunkRead.
 func TestSentReadsCarryTheChecksumsThatVouchForTheBytes(t *testing.T) {
-	secret, _ := rpc.NewSecret()
-	meta := startFakeMeta(t, secret, "127.0.0.1:0")
-	ts := startServer(t, testConfig(t, secret, meta.addr, 1))
-	waitRegistered(t, ts.svc)
+	ts, _ := startRegisteredServer(t, 1)
 	tid := ts.svc.Targets()[0].ID()
 	c := ts.client
 	ref := proto.ChunkRef{Routing: proto.Routing{Target: tid, Chain: tid}, Ino: 78}
