@@ -66,6 +66,12 @@ type requestAlloc struct {
 	bufferPoolInputBuf  []byte
 	bufferPoolOutputBuf []byte
 
+	// outArea, when set, is where the reply's payload goes: over
+	// FUSE-over-io_uring, the ring entry's payload buffer, so that a
+	// handler that fills the buffer it is given (a read) writes the
+	// reply in place instead of into a pool buffer copied there after.
+	outArea []byte
+
 	// For small pieces of data, we use the following inline arrays:
 
 	// Fixed-size output header storage.

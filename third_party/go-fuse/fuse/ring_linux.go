@@ -213,6 +213,23 @@ type ringEntry struct {
 	req requestAlloc
 }
 
+// newRingEntry makes an entry whose payload buffer holds payloadSize
+// bytes. Replies are built in that buffer: a handler is given it as the
+// place for its reply's payload (requestAlloc.outArea), so a read lands
+// where the kernel takes it from instead of in a pool buffer copied there
+// after (a copy of every byte read, 8 % of the mount's CPU in 1 MiB
+// O_DIRECT reads).
+func newRingEntry(payloadSize int) *ringEntry {
+	e := &ringEntry{buf: make([]byte, payloadAt+payloadSize)}
+	e.req.request.cancel = make(chan struct{})
+	e.req.outArea = e.buf[payloadAt:]
+	e.iov[0].Base = &e.header[0]
+	e.iov[0].SetLen(len(e.header))
+	e.iov[1].Base = &e.buf[payloadAt]
+	e.iov[1].SetLen(len(e.buf) - payloadAt)
+	return e
+}
+
 // payloadAt leaves room before the payload for the largest in header and
 // argument struct, so that a request is contiguous without moving the
 // payload.
@@ -321,12 +338,7 @@ func (ms *Server) ringWorker(qid int) {
 	}
 	defer r.close()
 
-	e := &ringEntry{buf: make([]byte, payloadAt+ms.ringPayloadSize())}
-	e.req.request.cancel = make(chan struct{})
-	e.iov[0].Base = &e.header[0]
-	e.iov[0].SetLen(len(e.header))
-	e.iov[1].Base = &e.buf[payloadAt]
-	e.iov[1].SetLen(len(e.buf) - payloadAt)
+	e := newRingEntry(ms.ringPayloadSize())
 
 	// A registration the kernel refuses completes at once with the
 	// error; one it takes completes only with the first request.
@@ -414,9 +426,9 @@ func (ms *Server) serveRingEntry(e *ringEntry) uint64 {
 		if ws, ok := req.readResult.(withSlice); ok && status.Ok() {
 			slices, st := ws.Slices()
 			status, payload = st, nil
-			n := copy(e.buf[payloadAt:], data)
+			n := copyInto(e.buf[payloadAt:], data)
 			for _, s := range slices {
-				n += copy(e.buf[payloadAt+n:], s)
+				n += copyInto(e.buf[payloadAt+n:], s)
 			}
 			data = e.buf[payloadAt : payloadAt+n]
 		} else if status.Ok() {
@@ -436,16 +448,22 @@ func (ms *Server) serveRingEntry(e *ringEntry) uint64 {
 func (ms *Server) ringReply(e *ringEntry, unique uint64, status Status, data, payload []byte) {
 	n := 0
 	if status.Ok() {
-		if len(data) == 0 || &data[0] != &e.buf[payloadAt] {
-			n = copy(e.buf[payloadAt:], data)
-		} else {
-			n = len(data)
-		}
-		n += copy(e.buf[payloadAt+n:], payload)
+		n = copyInto(e.buf[payloadAt:], data)
+		n += copyInto(e.buf[payloadAt+n:], payload)
 	}
 	out := (*OutHeader)(unsafe.Pointer(&e.header[0]))
 	*out = OutHeader{Length: uint32(int(sizeOfOutHeader) + n), Status: -int32(status), Unique: unique}
 	binary.LittleEndian.PutUint32(e.header[ringPayloadSzAt:], uint32(n))
+}
+
+// copyInto copies src to the start of dst, unless it is there already: a
+// handler given the ring's payload buffer (requestAlloc.outArea) wrote its
+// reply in place.
+func copyInto(dst, src []byte) int {
+	if len(src) > 0 && len(dst) > 0 && &dst[0] == &src[0] {
+		return min(len(dst), len(src))
+	}
+	return copy(dst, src)
 }
 
 // ringBulkSize is the payload from which a request counts as bulk data.

@@ -517,7 +517,9 @@ func (ms *Server) serve(req *requestAlloc) {
 	req.outDataBuf = req.outDataInline[:outSize]
 	clear(req.outHeaderBuf)
 	clear(req.outDataBuf)
-	if outPayloadSize > 0 {
+	if outPayloadSize > 0 && outSize+outPayloadSize <= len(req.outArea) {
+		req.outPayload = req.outArea[outSize : outSize+outPayloadSize]
+	} else if outPayloadSize > 0 {
 		req.outPayload = ms.buffers.AllocBuffer(uint32(outPayloadSize))
 		req.bufferPoolOutputBuf = req.outPayload
 	}
