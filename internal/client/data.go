@@ -296,19 +296,3 @@ func (s *rangeSet) waitAll() {
 	}
 	s.mu.Unlock()
 }
-
-var bufPool sync.Pool
-
-func getBuf(n int) []byte {
-	if b, ok := bufPool.Get().(*[]byte); ok && cap(*b) >= n {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, max(n, 1<<20))
-}
-
-func putBuf(b []byte) {
-	if cap(b) > 4<<20 {
-		return
-	}
-	bufPool.Put(&b)
-}

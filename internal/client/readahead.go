@@ -236,39 +236,3 @@ func (ra *readahead) invalidate() {
 	ra.dropAll()
 	ra.streak = 0
 }
-
-// chunkBufs pools readahead memory by size class (powers of two up to
-// maxPooledChunk); larger chunks are allocated and left to the collector.
-var chunkBufs [maxPooledShift + 1]sync.Pool
-
-const (
-	maxPooledShift = 23 // 8 MiB
-	maxPooledChunk = 1 << maxPooledShift
-)
-
-func sizeClass(n int) int {
-	shift := 12
-	for 1<<shift < n {
-		shift++
-	}
-	return shift
-}
-
-func getChunkBuf(n int) *[]byte {
-	if n > maxPooledChunk {
-		b := make([]byte, n)
-		return &b
-	}
-	class := sizeClass(n)
-	if p, ok := chunkBufs[class].Get().(*[]byte); ok {
-		return p
-	}
-	b := make([]byte, 1<<class)
-	return &b
-}
-
-func putChunkBuf(p *[]byte) {
-	if c := cap(*p); c <= maxPooledChunk && c == 1<<sizeClass(c) {
-		chunkBufs[sizeClass(c)].Put(p)
-	}
-}
