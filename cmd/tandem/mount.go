@@ -54,6 +54,7 @@ func init() {
 			}
 			logger.Printf("mounted at %s (metadata service %s)", mnt, metaAddr)
 			c.WarmStorage(warmConns)
+			client.ReserveBuffers()
 			go stopOnSignals(srv, mnt, logger)
 			srv.Wait()
 			return nil

@@ -110,3 +110,19 @@ func putChunkBuf(p *[]byte) {
 		chunkBufs[sizeClass(c)].Put(p)
 	}
 }
+
+// ReserveBuffers fills the kept list with 1 MiB buffers whose memory is
+// already faulted in, in the background, so that a mount's first large
+// reads and writes do not pay for it. A mount calls it once; a short-lived
+// command that reads or writes little has no use for it.
+func ReserveBuffers() {
+	go func() {
+		for range keptMiBBuffers {
+			b := make([]byte, mib)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 0 // a write faults the page in; a fresh one reads as zeros without
+			}
+			putMiB(&b)
+		}
+	}()
+}

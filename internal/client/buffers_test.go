@@ -1,6 +1,12 @@
 package client
 
-import "testing"
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // drainFreeMiB empties the shared free list, so that a test sees only
 // the buffers it gives back itself.
@@ -58,4 +64,35 @@ func TestBuffersOfOtherSizesStayOutOfTheMiBList(t *testing.T) {
 	if b := getChunkBuf(3 << 20); len(*b) != 4<<20 {
 		t.Fatalf("a 3 MiB chunk got %d bytes, want its size class, 4 MiB", len(*b))
 	}
+}
+
+func TestReservedBuffersAreKeptWithTheirMemoryFaultedIn(t *testing.T) {
+	drainFreeMiB()
+	ReserveBuffers()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(freeMiB) < keptMiBBuffers {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d buffers reserved after 10 s, want %d", len(freeMiB), keptMiBBuffers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p := getMiB()
+	defer putMiB(p)
+	b := *p
+	if uintptr(unsafe.Pointer(&b[0]))%4096 != 0 {
+		t.Skip("buffer not page-aligned: residency cannot be asked for")
+	}
+	vec := make([]byte, mib/4096)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	for i, v := range vec {
+		if v&1 == 0 {
+			t.Fatalf("page %d of a reserved buffer is not in memory", i)
+		}
+		if b[i*4096] != 0 {
+			t.Fatalf("a reserved buffer holds %d, not zeros", b[i*4096])
+		}
+	}
+	drainFreeMiB()
 }
