@@ -10,7 +10,7 @@ import "sync"
 // project's paravirtualised test machines about 17 µs to fault in, 4.4 ms
 // per MiB, and a sync.Pool is emptied by every other collection; with the
 // shared list a sequential read after a write finds the write's buffers
-// already in memory (docs/benchmarks.md, notes of 2026-11-28, 13:55–14:30).
+// already in memory (docs/benchmarks.md, notes of 2026-11-28, 13:55–15:20).
 
 const mib = 1 << 20
 
