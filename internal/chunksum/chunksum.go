@@ -24,12 +24,18 @@ var (
 
 // BlockCRC is the checksum of a block given its bytes on disk, which are
 // fewer than BlockSize for a chunk's last block: the rest counts as zeros.
-func BlockCRC(b []byte) uint32 {
-	c := crc32.Update(0, castagnoli, b)
-	if len(b) < BlockSize {
-		c = crc32.Update(c, castagnoli, zeroBlock[:BlockSize-len(b)])
+func BlockCRC(b []byte) uint32 { return CRCAt(0, b) }
+
+// CRCAt is the checksum of a block that holds b at offset off and zeros
+// everywhere else (off+len(b) at most BlockSize): a block part of which a
+// write has just filled, with a hole before it or the chunk's end after.
+func CRCAt(off int, b []byte) uint32 {
+	if off == 0 && len(b) == BlockSize {
+		return crc32.Checksum(b, castagnoli)
 	}
-	return c
+	c := crc32.Update(0, castagnoli, zeroBlock[:off])
+	c = crc32.Update(c, castagnoli, b)
+	return crc32.Update(c, castagnoli, zeroBlock[:BlockSize-off-len(b)])
 }
 
 // Matches reports whether block contents b, whose checksum is c, are what

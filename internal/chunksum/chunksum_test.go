@@ -61,3 +61,22 @@ func TestMissingEntriesMakeTheirBlocksBad(t *testing.T) {
 		t.Fatalf("Check says %d for a block without an entry, want 1", bad)
 	}
 }
+
+func TestAPartlyWrittenBlockIsCheckedAsIfZerosSurroundedIt(t *testing.T) {
+	table := crc32.MakeTable(crc32.Castagnoli)
+	data := block(9, 700)
+	for _, off := range []int{0, 1, 100, BlockSize - 700} {
+		whole := make([]byte, BlockSize)
+		copy(whole[off:], data)
+		if got, want := CRCAt(off, data), crc32.Checksum(whole, table); got != want {
+			t.Errorf("CRCAt(%d, 700 bytes) = %08x, want the padded block's %08x", off, got, want)
+		}
+	}
+	full := block(3, BlockSize)
+	if CRCAt(0, full) != crc32.Checksum(full, table) {
+		t.Error("a whole block's checksum is not its plain CRC32C")
+	}
+	if CRCAt(0, nil) != crc32.Checksum(make([]byte, BlockSize), table) {
+		t.Error("an empty block's checksum is not that of a block of zeros")
+	}
+}

@@ -3,7 +3,6 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"syscall"
 
 	"tandemfs/internal/chunksum"
@@ -16,12 +15,8 @@ const (
 	blockMask = BlockSize - 1
 )
 
-var (
-	castagnoli = crc32.MakeTable(crc32.Castagnoli)
-	zeroBlock  [BlockSize]byte
-	// crcZero is the checksum of a block of zeros: the checksum of a hole.
-	crcZero = crc32.Checksum(zeroBlock[:], castagnoli)
-)
+// crcZero is the checksum of a block of zeros: the checksum of a hole.
+var crcZero = chunksum.BlockCRC(nil)
 
 // entry is one sidecar entry: the checksums of a block's previous and
 // current contents.

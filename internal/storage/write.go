@@ -3,8 +3,9 @@ package storage
 import (
 	"bytes"
 	"fmt"
-	"hash/crc32"
 	"syscall"
+
+	"tandemfs/internal/chunksum"
 )
 
 // Write stores p at offset off of chunk idx of file ino, creating the chunk
@@ -170,12 +171,7 @@ func (t *Target) writeLocked(ch *chunk, off int64, p, sums []byte, uncached bool
 // the end of the chunk after we).
 func rangeCRC(buf []byte, ws, we, bS int64) uint32 {
 	lo, hi := max(bS, ws), min(bS+BlockSize, we)
-	if lo == bS && hi == bS+BlockSize {
-		return crc32.Checksum(buf[lo-ws:hi-ws], castagnoli)
-	}
-	c := crc32.Update(0, castagnoli, zeroBlock[:lo-bS])
-	c = crc32.Update(c, castagnoli, buf[lo-ws:hi-ws])
-	return crc32.Update(c, castagnoli, zeroBlock[:bS+BlockSize-hi])
+	return chunksum.CRCAt(int(lo-bS), buf[lo-ws:hi-ws])
 }
 
 // readVerified reads the block contents at off into b, checks them against
