@@ -27,27 +27,14 @@ func (s *Service) handle(op uint16, d *wire.Dec, e *wire.Enc) error {
 	case proto.OpChunkRead:
 		var r proto.ChunkReadReq
 		r.Decode(d)
-		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
-			if !r.Chunk.Forwarded {
-				s.share.pace(int(min(r.Len, proto.MaxData))) // a client's read: leave a running resync its share
-			}
-			if len(c.Targets) == 1 {
-				return s.read(st, &r, e)
-			}
-			return s.guardDisk(r.Chunk.Target, func() error { return s.readRepairing(st, c, &r, e) })
-		})
+		return s.serveRead(d, &r,
+			func(st *Target, c proto.Chain) error { return s.read(st, &r, e) },
+			func(st *Target, c proto.Chain) error { return s.readRepairing(st, c, &r, e) })
 	case proto.OpChunkReadSent:
 		var r proto.ChunkReadReq
 		r.Decode(d)
-		return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
-			if !r.Chunk.Forwarded {
-				s.share.pace(int(min(r.Len, proto.MaxData)))
-			}
-			if len(c.Targets) == 1 {
-				return s.readSent(st, &r, e)
-			}
-			return s.guardDisk(r.Chunk.Target, func() error { return s.readSent(st, &r, e) })
-		})
+		sent := func(st *Target, c proto.Chain) error { return s.readSent(st, &r, e) }
+		return s.serveRead(d, &r, sent, sent)
 	case proto.OpChunkTruncate:
 		var r proto.ChunkTruncateReq
 		r.Decode(d)
@@ -164,6 +151,22 @@ func (s *Service) write(st *Target, c proto.Chain, r *proto.ChunkWriteReq) error
 			f.Chunk.Routing = to
 			return p.CallDataContext(ctx, proto.OpChunkWrite, f.EncodeHead, f.Data, nil)
 		})
+}
+
+// serveRead serves a read request r: a client's read first leaves a
+// running resync its share of the disk; then alone reads on a chain of
+// one copy, and replicated on a chain of several, under the disk guard
+// that fails the target over on a disk error.
+func (s *Service) serveRead(d *wire.Dec, r *proto.ChunkReadReq, alone, replicated func(*Target, proto.Chain) error) error {
+	return s.serve(d, &r.Chunk.Routing, func(st *Target, c proto.Chain) error {
+		if !r.Chunk.Forwarded {
+			s.share.pace(int(min(r.Len, proto.MaxData)))
+		}
+		if len(c.Targets) == 1 {
+			return alone(st, c)
+		}
+		return s.guardDisk(r.Chunk.Target, func() error { return replicated(st, c) })
+	})
 }
 
 // readSent answers OpChunkReadSent: the checksum entries, then the bytes
