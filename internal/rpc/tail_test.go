@@ -47,6 +47,16 @@ func tailServer(t *testing.T, file string) (addr string, fds chan int) {
 	return ln.Addr().String(), fds
 }
 
+// tailClient starts a tail server for a file holding content, and a
+// client of it.
+func tailClient(t *testing.T, content []byte) (*Client, chan int) {
+	t.Helper()
+	addr, fds := tailServer(t, writeTemp(t, content).Name())
+	c := NewClient(addr, secret)
+	t.Cleanup(c.Close)
+	return c, fds
+}
+
 func tailReq(off uint64, n uint32) func(*wire.Enc) {
 	return func(e *wire.Enc) { e.U64(off); e.U32(n) }
 }
@@ -58,10 +68,7 @@ func TestAFileTailEndsTheReplyAfterItsHead(t *testing.T) {
 	for i := range content {
 		content[i] = byte(rand.IntN(256))
 	}
-	f := writeTemp(t, content)
-	addr, fds := tailServer(t, f.Name())
-	c := NewClient(addr, secret)
-	defer c.Close()
+	c, fds := tailClient(t, content)
 	for _, r := range []struct{ off, n int }{{0, 1 << 20}, {4096, 3<<20 - 4096}, {100, 23}, {len(content), 0}} {
 		head, dst := make([]byte, 16), make([]byte, 4<<20)
 		nh, n, err := c.CallReadTail(context.Background(), 7, tailReq(uint64(r.off), uint32(r.n)), head, dst)
@@ -78,10 +85,7 @@ func TestAFileTailEndsTheReplyAfterItsHead(t *testing.T) {
 // A handler that fails after setting a tail gets an error reply, and its
 // file is closed all the same.
 func TestAFailedHandlersTailIsClosedNotSent(t *testing.T) {
-	f := writeTemp(t, bytes.Repeat([]byte("z"), 8192))
-	addr, fds := tailServer(t, f.Name())
-	c := NewClient(addr, secret)
-	defer c.Close()
+	c, fds := tailClient(t, bytes.Repeat([]byte("z"), 8192))
 	_, _, err := c.CallReadTail(context.Background(), 8, tailReq(0, 8192), make([]byte, 16), make([]byte, 8192))
 	var re *Error
 	if !errors.As(err, &re) || re.Errno != syscall.EIO {
@@ -93,10 +97,7 @@ func TestAFailedHandlersTailIsClosedNotSent(t *testing.T) {
 // A tail the file cannot fill cuts the reply short: that call fails, and
 // the client goes on on a new connection.
 func TestATailTheFileCannotFillFailsOnlyItsCall(t *testing.T) {
-	f := writeTemp(t, bytes.Repeat([]byte("y"), 1000))
-	addr, fds := tailServer(t, f.Name())
-	c := NewClient(addr, secret)
-	defer c.Close()
+	c, fds := tailClient(t, bytes.Repeat([]byte("y"), 1000))
 	if _, _, err := c.CallReadTail(context.Background(), 7, tailReq(0, 5000), make([]byte, 16), make([]byte, 5000)); err == nil {
 		t.Fatal("a reply whose tail ran past the file's end succeeded")
 	}
