@@ -24,7 +24,7 @@ func (fs *FS) file(fh uint64) *client.Handle {
 }
 
 func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
-	n, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFREG|(in.Mode&^in.Umask&07777), 0, "", &out.EntryOut)
+	n, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFREG|(in.Mode&07777), in.Umask, 0, "", &out.EntryOut)
 	if !st.Ok() {
 		return st
 	}

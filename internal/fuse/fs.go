@@ -183,8 +183,11 @@ func killSuidGid(mode uint32) uint32 {
 
 func creds(h *gofuse.InHeader) proto.Creds { return proto.Creds{Uid: h.Uid, Gid: h.Gid} }
 
-func (fs *FS) create(h *gofuse.InHeader, parent uint64, name string, mode, rdev uint32, target string, out *gofuse.EntryOut) (*proto.Inode, gofuse.Status) {
-	n, err := fs.c.Create(&proto.CreateReq{Parent: parent, Name: name, Mode: mode, Rdev: rdev, Target: target, Creds: creds(h)})
+// create makes parent/name. The kernel leaves the umask to the file
+// system (CAP_DONT_MASK): the metadata service applies it, or instead
+// the directory's default ACL.
+func (fs *FS) create(h *gofuse.InHeader, parent uint64, name string, mode, umask, rdev uint32, target string, out *gofuse.EntryOut) (*proto.Inode, gofuse.Status) {
+	n, err := fs.c.Create(&proto.CreateReq{Parent: parent, Name: name, Mode: mode, Umask: umask, Rdev: rdev, Target: target, Creds: creds(h)})
 	if err != nil {
 		return nil, status(err)
 	}
@@ -193,17 +196,17 @@ func (fs *FS) create(h *gofuse.InHeader, parent uint64, name string, mode, rdev 
 }
 
 func (fs *FS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	_, st := fs.create(&in.InHeader, in.NodeId, name, in.Mode&^in.Umask, in.Rdev, "", out)
+	_, st := fs.create(&in.InHeader, in.NodeId, name, in.Mode, in.Umask, in.Rdev, "", out)
 	return st
 }
 
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	_, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFDIR|(in.Mode&^in.Umask&07777), 0, "", out)
+	_, st := fs.create(&in.InHeader, in.NodeId, name, syscall.S_IFDIR|(in.Mode&07777), in.Umask, 0, "", out)
 	return st
 }
 
 func (fs *FS) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
-	_, st := fs.create(h, h.NodeId, name, syscall.S_IFLNK|0o777, 0, target, out)
+	_, st := fs.create(h, h.NodeId, name, syscall.S_IFLNK|0o777, 0, 0, target, out)
 	return st
 }
 
@@ -446,6 +449,9 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr strin
 	}
 	if in.Flags&2 != 0 { // XATTR_REPLACE
 		flags |= proto.XattrReplace
+	}
+	if in.SetXAttrFlags&gofuse.SETXATTR_ACL_KILL_SGID != 0 {
+		flags |= proto.XattrKillSgid
 	}
 	return status(fs.c.SetXattr(in.NodeId, attr, data, flags))
 }

@@ -54,7 +54,12 @@ func Mount(c *client.Client, dir string, o MountOptions) (*Mounted, error) {
 		// With KILLPRIV_V2 the kernel tells us when a write must clear
 		// set-user-ID bits instead of asking for security.capability
 		// before every single write (a round trip per write).
-		ExtraCapabilities: gofuse.CAP_HANDLE_KILLPRIV_V2,
+		ExtraCapabilities: gofuse.CAP_HANDLE_KILLPRIV_V2 |
+			// POSIX ACLs: the kernel enforces them and leaves the umask
+			// to us, since a directory's default ACL replaces it; the
+			// metadata service applies both (internal/meta/acl.go).
+			gofuse.CAP_DONT_MASK | gofuse.CAP_SETXATTR_EXT,
+		EnableAcl: true,
 		// fcntl and flock locks are the cluster's, not this kernel's
 		// alone (locks.go).
 		EnableLocks: true,

@@ -69,6 +69,9 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 		n.Chains = t.f.pickChains(ino, &n.Stripe)
 		n.Inline = t.f.inlineLimit > 0
 	}
+	if err := t.inheritACL(parent, n, r.Umask); err != nil {
+		return err
+	}
 	t.touch(parent)
 	t.putInode(parent)
 	t.putInode(n)
@@ -351,6 +354,9 @@ func (t *tx) setAttr(r *proto.SetAttrReq, out *wire.Enc) error {
 	}
 	if v&proto.SetMode != 0 {
 		n.Mode = n.Mode&sIFMT | r.Mode&permAll
+		if err := t.chmodACL(n); err != nil {
+			return err
+		}
 	}
 	if v&proto.SetUid != 0 {
 		n.Uid = r.Uid
@@ -540,6 +546,14 @@ func (t *tx) setXattr(r *proto.XattrReq) error {
 	if r.Name == "" {
 		return rpc.Errorf(syscall.EINVAL, "empty attribute name")
 	}
+	if isACL(r.Name) {
+		if err := t.setACL(n, r.Name, r.Value, r.Flags); err != nil {
+			return err
+		}
+		n.Ctime = t.now
+		t.putInode(n)
+		return nil
+	}
 	_, exists, err := get(t.b, xattrKey(r.Ino, r.Name))
 	if err != nil {
 		return err
@@ -564,6 +578,8 @@ func (t *tx) removeXattr(r *proto.XattrReq) error {
 	}
 	if _, exists, err := get(t.b, xattrKey(r.Ino, r.Name)); err != nil {
 		return err
+	} else if !exists && isACL(r.Name) {
+		return nil // as ext4: removing an absent ACL succeeds
 	} else if !exists {
 		return rpc.Errorf(syscall.ENODATA, "attribute %q does not exist", r.Name)
 	}

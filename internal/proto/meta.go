@@ -150,6 +150,10 @@ type CreateReq struct {
 	// Session is the client's (for its directory leases, lease.go);
 	// requests of older clients, and older log entries, have none.
 	Session uint64
+	// Umask is the creating process's umask. The metadata service applies
+	// it to Mode unless the directory has a default ACL, which replaces
+	// it (POSIX ACLs). Callers that applied it themselves send 0.
+	Umask uint32
 }
 
 func (r *CreateReq) Encode(e *wire.Enc) {
@@ -161,6 +165,7 @@ func (r *CreateReq) Encode(e *wire.Enc) {
 	r.Creds.Encode(e)
 	e.I64(r.Now)
 	e.U64(r.Session)
+	e.U32(r.Umask)
 }
 
 func (r *CreateReq) Decode(d *wire.Dec) {
@@ -172,6 +177,9 @@ func (r *CreateReq) Decode(d *wire.Dec) {
 	r.Creds.Decode(d)
 	r.Now = d.I64()
 	r.Session = optionalSession(d)
+	if len(d.Rest()) >= 4 { // older requests and log entries have none
+		r.Umask = d.U32() & 0o777
+	}
 }
 
 // LinkReq adds the name NewName in NewParent for inode Ino.
@@ -500,6 +508,9 @@ func (r *CommitWriteReq) Decode(d *wire.Dec) {
 const (
 	XattrCreate  uint32 = 1
 	XattrReplace uint32 = 2
+	// XattrKillSgid: setting system.posix_acl_access also clears the
+	// set-group-ID bit (the caller is not in the file's group).
+	XattrKillSgid uint32 = 4
 )
 
 // XattrReq addresses one extended attribute (get, set, remove).
