@@ -1,5 +1,7 @@
 # TandemFS build and test entry points. See README.md.
-GO      ?= go
+# Go from PATH, or where the official tarball puts it.
+GO      ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(PATH):$(dir $(GO))
 BIN     := bin/tandem
 DATA    ?= ./tandem-data
 MNT     ?= ./mnt

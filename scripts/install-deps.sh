@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
 # install-deps.sh - install what building, mounting and testing TandemFS
-# needs on a Debian machine: Go (checked, not installed), fuse3 (fusermount3
-# for non-root mounts; root mounts with mount(2) directly), attr (getfattr/
-# setfattr used by the tests), iproute2 (network-namespace tests) and
-# python3 (the benchmark scripts and their tests).
+# needs on a Debian machine that has only Go: each command below, from the
+# Debian package that provides it. Go itself is checked, not installed
+# (on PATH or in /usr/local/go). As root the packages are installed with
+# apt-get, which waits for another apt-get holding the package manager's
+# lock instead of failing; otherwise the script names what is missing.
 set -euo pipefail
-export PATH=/usr/local/go/bin:$PATH
-command -v go >/dev/null || { echo "install-deps: Go is not installed (need Go >= 1.26 in PATH or /usr/local/go)" >&2; exit 1; }
+export PATH=$PATH:/usr/local/go/bin
+command -v go >/dev/null || { echo "install-deps: Go is not installed (need Go >= 1.26 on PATH or in /usr/local/go)" >&2; exit 1; }
+
+# command:package. gcc: the race detector needs cgo; fusermount3: mounts
+# by users other than root; getfattr, setfacl: the POSIX tests; ip: the
+# network-namespace tests; flock, taskset: lock and CPU tests; python3:
+# the benchmark scripts and their tests; git: the tests' build of tandem.
+wanted=(
+    gcc:gcc make:make git:git python3:python3
+    fusermount3:fuse3 ip:iproute2 getfattr:attr setfacl:acl
+    flock:util-linux taskset:util-linux umount:mount
+)
 need=()
-command -v fusermount3 >/dev/null || need+=(fuse3)
-command -v getfattr >/dev/null || need+=(attr)
-command -v ip >/dev/null || need+=(iproute2)
-command -v python3 >/dev/null || need+=(python3)
+for w in "${wanted[@]}"; do
+    cmd=${w%%:*} pkg=${w#*:}
+    if ! command -v "$cmd" >/dev/null && [[ " ${need[*]-} " != *" $pkg "* ]]; then
+        need+=("$pkg")
+    fi
+done
+
+apt() {
+    # Lock::Timeout: wait up to 10 minutes for another apt-get or dpkg.
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -y -q "$@"
+}
+
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "install-deps: installing ${need[*]}"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || {
-            apt-get update -q >/dev/null 2>&1
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
-        }
+        echo "install-deps: installing ${need[*]} (waiting for the package manager's lock if another apt-get holds it)"
+        if ! apt install "${need[@]}" >/tmp/install-deps.log 2>&1; then
+            # A bare machine may never have read the package lists.
+            apt update >>/tmp/install-deps.log 2>&1 || true
+            apt install "${need[@]}" >>/tmp/install-deps.log 2>&1 || {
+                echo "install-deps: apt-get install ${need[*]} failed; its output is in /tmp/install-deps.log:" >&2
+                tail -20 /tmp/install-deps.log >&2
+                exit 1
+            }
+        fi
     else
         echo "install-deps: missing ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
     fi
