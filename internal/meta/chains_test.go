@@ -112,3 +112,30 @@ func TestTargetsThatAreNotServingAreNoPartners(t *testing.T) {
 		t.Fatalf("%d pairs, want the old one and target 3 with target 2: %+v", len(got), got)
 	}
 }
+
+// Files with one copy striped over fewer targets than there are spread
+// over servers before they reuse one: with four targets on two servers,
+// every file striped over two gets one target on each server.
+func TestOneCopyStripesSpreadOverServersFirst(t *testing.T) {
+	targets := []proto.Target{{ID: 1, Server: 1}, {ID: 2, Server: 1}, {ID: 3, Server: 2}, {ID: 4, Server: 2}}
+	var chains []proto.Chain
+	for _, tg := range targets {
+		chains = append(chains, proto.Chain{ID: tg.ID, Targets: []uint32{tg.ID}})
+	}
+	f := &FSM{chainsByReplicas: spreadChains(chains, targets)}
+	server := map[uint32]uint32{1: 1, 2: 1, 3: 2, 4: 2}
+	for ino := uint64(100); ino < 108; ino++ {
+		s := proto.Stripe{Count: 2, Replicas: 1}
+		picked := f.pickChains(ino, &s)
+		if len(picked) != 2 || server[picked[0]] == server[picked[1]] {
+			t.Fatalf("inode %d got targets %v: both on one server", ino, picked)
+		}
+	}
+	// Uneven servers: three targets on one, one on the other. Every target
+	// is still used, and the lone server's target comes up in turn.
+	targets[2].Server = 1
+	got := spreadChains(chains, targets)[1]
+	if len(got) != 4 || got[0] != 1 || got[1] != 4 {
+		t.Fatalf("order %v, want 1 then 4 (one per server first)", got)
+	}
+}

@@ -150,16 +150,63 @@ func (f *FSM) reloadChains() {
 		f.logf("loading chains: %v", err)
 		return
 	}
-	byReplicas := map[int][]uint32{}
-	for _, c := range chains {
-		byReplicas[len(c.Targets)] = append(byReplicas[len(c.Targets)], c.ID)
+	targets, err := loadTargets(f.db)
+	if err != nil {
+		f.logf("loading targets: %v", err)
+		return
 	}
-	for _, ids := range byReplicas {
-		slices.Sort(ids)
-	}
+	byReplicas := spreadChains(chains, targets)
 	f.chainsMu.Lock()
 	f.chainsByReplicas = byReplicas
 	f.chainsMu.Unlock()
+}
+
+// spreadChains groups chains by replication factor, each group in the
+// order pickChains takes them from: by the server of each chain's first
+// target in turn, so that consecutive chains start on different servers
+// wherever there are several. A file with one copy striped over two of
+// four targets on two servers then gets one target on each, not, for half
+// of the files, both on one server.
+func spreadChains(chains []proto.Chain, targets []proto.Target) map[int][]uint32 {
+	serverOf := map[uint32]uint32{}
+	for _, t := range targets {
+		serverOf[t.ID] = t.Server
+	}
+	// factor -> server of the head -> chain IDs
+	groups := map[int]map[uint32][]uint32{}
+	for _, c := range chains {
+		if len(c.Targets) == 0 {
+			continue
+		}
+		r := len(c.Targets)
+		if groups[r] == nil {
+			groups[r] = map[uint32][]uint32{}
+		}
+		srv := serverOf[c.Targets[0]]
+		groups[r][srv] = append(groups[r][srv], c.ID)
+	}
+	byReplicas := map[int][]uint32{}
+	for r, byServer := range groups {
+		servers := make([]uint32, 0, len(byServer))
+		for srv, ids := range byServer {
+			slices.Sort(ids)
+			servers = append(servers, srv)
+		}
+		slices.Sort(servers)
+		for i := 0; ; i++ {
+			took := false
+			for _, srv := range servers {
+				if ids := byServer[srv]; i < len(ids) {
+					byReplicas[r] = append(byReplicas[r], ids[i])
+					took = true
+				}
+			}
+			if !took {
+				break
+			}
+		}
+	}
+	return byReplicas
 }
 
 // pickChains chooses the chains of a new file and records in s the
