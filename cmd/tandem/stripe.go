@@ -79,12 +79,24 @@ func init() {
 			} else if !fi.IsDir() {
 				return fmt.Errorf("%s is not a directory (patterns are set on directories)", args[0])
 			}
+			// Only a TandemFS client answers for its layout attribute;
+			// elsewhere the pattern would land as a plain attribute.
+			if _, err := getLayout(args[0]); err != nil {
+				return err
+			}
 			b, _ := json.Marshal(req)
 			if err := syscall.Setxattr(args[0], fuse.XattrStripe, b, 0); err != nil {
 				if errors.Is(err, syscall.EINVAL) {
 					return fmt.Errorf("%s: invalid pattern (chunk size must be a power of two from 64K to 4M)", args[0])
 				}
 				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			l, err := getLayout(args[0])
+			if err != nil {
+				return err
+			}
+			if short := newFilesShort(l); short != "" && (req.Count > 0 || req.Replicas > 0) {
+				fmt.Fprintf(os.Stderr, "%s: %s\n", args[0], short)
 			}
 			return nil
 		},
@@ -121,6 +133,9 @@ func init() {
 			if l.Replicas > 0 {
 				fmt.Printf("replicas:   %d\n", l.Replicas)
 			}
+			if short := newFilesShort(l); short != "" {
+				fmt.Printf("note:       %s\n", short)
+			}
 			for _, c := range l.Copies {
 				ms := make([]string, len(c.Targets))
 				for i, t := range c.Targets {
@@ -134,4 +149,19 @@ func init() {
 	get.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	stripe.AddCommand(set, get)
 	rootCmd.AddCommand(stripe)
+}
+
+// newFilesShort says what new files in a directory get when the cluster
+// has fewer chains, or fewer copies, than its pattern asks for; "" when
+// they get what it asks. A pattern without a replication factor asks for
+// the default, which is what the cluster has.
+func newFilesShort(l *fuse.Layout) string {
+	if l.NewFileCount == 0 {
+		return "" // a file, or a cluster without targets yet
+	}
+	if l.NewFileCount >= l.Count && (l.Replicas == 0 || l.NewFileReplicas >= l.Replicas) {
+		return ""
+	}
+	return fmt.Sprintf("the pattern asks for %d stripes, but new files get %d stripes of %d copies: the cluster has no more chains of that many copies (until more targets join)",
+		l.Count, l.NewFileCount, l.NewFileReplicas)
 }

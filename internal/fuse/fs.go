@@ -354,6 +354,11 @@ type Layout struct {
 	Targets   []uint32 `json:"targets"`
 	// Copies shows, per chain, its members and their states.
 	Copies []ChainLayout `json:"copies,omitempty"`
+	// For a directory: how many stripes and copies a new file in it
+	// gets from the chains that exist now (Count and Replicas are what
+	// was asked for; the metadata service gives no more than exists).
+	NewFileCount    uint32 `json:"new_file_count,omitempty"`
+	NewFileReplicas uint32 `json:"new_file_replicas,omitempty"`
 }
 
 // ChainLayout is one chain of a file's layout.
@@ -364,6 +369,29 @@ type ChainLayout struct {
 	States  []string `json:"states"`
 }
 
+// newFileStripes is how many chains, of how many copies, a new file with
+// pattern s gets from the chains in m, by the metadata service's rule
+// (meta.pickChains): the copies asked for (2 by default) or the largest
+// factor below that the cluster has, and no more chains than exist.
+func newFileStripes(m proto.ClusterMap, s proto.Stripe) (count, replicas uint32) {
+	byReplicas := map[uint32]uint32{}
+	for _, c := range m.Chains {
+		byReplicas[uint32(len(c.Targets))]++
+	}
+	r := s.Replicas
+	if r == 0 {
+		r = 2
+	}
+	for r > 1 && byReplicas[r] == 0 {
+		r--
+	}
+	count = byReplicas[r]
+	if s.Count > 0 && s.Count < count {
+		count = s.Count
+	}
+	return count, r
+}
+
 func (fs *FS) layout(ino uint64) ([]byte, error) {
 	n, err := fs.c.GetAttr(ino)
 	if err != nil {
@@ -371,6 +399,9 @@ func (fs *FS) layout(ino uint64) ([]byte, error) {
 	}
 	l := Layout{ChunkSize: n.Stripe.ChunkSize, Count: n.Stripe.Count, Replicas: n.Stripe.Replicas,
 		Inline: n.Inline, Targets: []uint32{}}
+	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		l.NewFileCount, l.NewFileReplicas = newFileStripes(fs.c.ClusterMap(), n.Stripe)
+	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFREG && !n.Inline {
 		l.Chains = n.Chains
 		l.Count = uint32(len(n.Chains))
