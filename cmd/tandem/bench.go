@@ -336,6 +336,9 @@ func checkDirs(systems []bench.System, agents bool) error {
 	}
 	for _, s := range systems {
 		fi, err := os.Stat(s.Dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("directory %s does not exist: give a directory on the file system to measure", s.Dir)
+		}
 		if err != nil {
 			return err
 		}

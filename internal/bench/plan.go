@@ -202,7 +202,7 @@ func (c Config) metaSpec(s Spec, size uint64) (Spec, error) {
 	p := c.Meta
 	s.FileSize, s.Fsync, s.Depth, s.Items, s.Branch = size, p.Fsync, p.Depth, p.Items, p.Branch
 	if p.Branch == 0 {
-		if err := fixedTotalTree(&s, p.Files); err != nil {
+		if err := fixedTotalTree(&s, p.Files, c.Threads); err != nil {
 			return s, err
 		}
 	}
@@ -212,20 +212,46 @@ func (c Config) metaSpec(s Spec, size uint64) (Spec, error) {
 // fixedTotalTree chooses -b and -I so that the workers together create
 // exactly files files in a tree of depth 1, the way the suite and the
 // papers keep the total fixed: I = min(items, files/N), B = files/(N·I).
-func fixedTotalTree(s *Spec, files int) error {
+// A total that does not split gets an error naming one that does for
+// every worker count of the sweep.
+func fixedTotalTree(s *Spec, files int, sweep []int) error {
 	if s.Depth != 1 {
 		return usageErr("--depth %d needs an explicit --branch (--files only sizes depth-1 trees)", s.Depth)
 	}
 	n := s.Workers
-	if files < n || files%n != 0 {
-		return usageErr("--files %d cannot be split evenly over %d workers", files, n)
+	if !splits(files, n, s.Items) {
+		return usageErr("--files %d cannot be split evenly over %d workers in directories of at most %d files (--items): give a value such as %d",
+			files, n, s.Items, validFiles(append([]int{n}, sweep...), s.Items, max(files, 1)))
 	}
 	per := files / n
 	s.Items = min(s.Items, per)
-	if s.Items < 1 || per%s.Items != 0 {
-		return usageErr("--files %d over %d workers (%d each) is not a whole number of directories of %d files",
-			files, n, per, s.Items)
-	}
 	s.Branch = per / s.Items
 	return nil
+}
+
+// splits says whether n workers can share files evenly, each filling
+// whole directories of at most items files.
+func splits(files, n, items int) bool {
+	if files < n || files%n != 0 {
+		return false
+	}
+	per := files / n
+	return per%min(items, per) == 0
+}
+
+// validFiles is the smallest total at or above files that splits for
+// every worker count in counts; it looks a few million values far, which
+// a sweep of many odd thread counts may exceed (then it gives the first
+// total that splits for the first count).
+func validFiles(counts []int, items, files int) int {
+	for f := files; f < files+1<<22; f++ {
+		ok := true
+		for _, n := range counts {
+			ok = ok && splits(f, n, items)
+		}
+		if ok {
+			return f
+		}
+	}
+	return validFiles(counts[:1], items, files)
 }
