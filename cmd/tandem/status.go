@@ -50,7 +50,17 @@ func (c *connectFlags) clusterStatus() (*proto.StatusReply, rpc.Secret, error) {
 		return nil, nil, err
 	}
 	st, _, err := askReplicas(metaClients(addr, secret))
-	return st, secret, err
+	return st, secret, c.explain(err)
+}
+
+// explain turns a failure to reach the metadata service of a cluster
+// started with `tandem up` into "stopped" when none of its metadata
+// replicas runs.
+func (c *connectFlags) explain(err error) error {
+	if err == nil || c.meta != "" || !cluster.Stopped(c.dir) {
+		return err
+	}
+	return fmt.Errorf("the cluster in %s is stopped: no metadata service runs (start it with `tandem up --data %s`)", c.dir, c.dir)
 }
 
 // metaCallTimeout is how long a tool waits for a metadata replica.
@@ -206,11 +216,11 @@ the machine far less than running status in a loop.`,
 				return err
 			}
 			if every > 0 {
-				return watchStatus(cmd.Context(), cls, every, count, asJSON)
+				return cf.explain(watchStatus(cmd.Context(), cls, every, count, asJSON))
 			}
 			st, reps, err := askReplicas(cls)
 			if err != nil {
-				return err
+				return cf.explain(err)
 			}
 			j := statusToJSON(st, reps)
 			if asJSON {

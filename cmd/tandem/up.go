@@ -1,13 +1,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"tandemfs/internal/cluster"
 	"tandemfs/internal/fuse"
+	"tandemfs/internal/fuseconn"
 )
 
 // defaultDataDir is where up, down and status keep a one-machine cluster
@@ -41,6 +45,9 @@ running and brings back every file.`,
 				return err
 			}
 			o.Progress = os.Stdout
+			if o.Mount != "" && o.IoUring != string(fuse.IoUringOff) {
+				enableUring(o.Dir)
+			}
 			l, err := cluster.Up(o)
 			if err != nil {
 				return err
@@ -49,7 +56,8 @@ running and brings back every file.`,
 			if l.Mount != "" {
 				fmt.Printf(", mounted at %s", l.Mount)
 			}
-			fmt.Printf("\nstop it with: tandem down --data %s\n", o.Dir)
+			// Named as this command was run, so that it works from here.
+			fmt.Printf("\nstop it with: %s down --data %s\n", os.Args[0], o.Dir)
 			return nil
 		},
 	}
@@ -75,10 +83,51 @@ running and brings back every file.`,
 		Short: "Unmount and stop exactly what `tandem up` started",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cluster.Down(dir, force, os.Stdout)
+			if err := cluster.Down(dir, force, os.Stdout); err != nil {
+				return err
+			}
+			restoreUring(dir)
+			return nil
 		},
 	}
 	down.Flags().StringVar(&dir, "data", defaultDataDir(), "data directory given to `tandem up`; $TANDEM_DATA")
 	down.Flags().BoolVar(&force, "force", false, "detach a busy mount instead of failing, and end it: operations still under way on it fail")
 	rootCmd.AddCommand(down)
+}
+
+// uringMarker records in a cluster's data directory that its `tandem up`
+// turned the fuse module's enable_uring parameter on.
+func uringMarker(dir string) string { return filepath.Join(dir, "run", "enable_uring.turned-on") }
+
+// enableUring turns on the machine-wide switch the mount's io_uring
+// transport needs, and says so: it is a setting of the whole machine, not
+// of this cluster. Where the kernel has no such switch, the mount says
+// what it serves over instead.
+func enableUring(dir string) {
+	changed, err := fuse.EnableUring()
+	switch {
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		fmt.Printf("could not turn on %s (FUSE over io_uring): %v; the mount serves over /dev/fuse\n", fuse.EnableUringParam, err)
+	case changed:
+		fmt.Printf("turned on %s, for the whole machine (FUSE over io_uring); `down` turns it off again\n", fuse.EnableUringParam)
+		os.MkdirAll(filepath.Dir(uringMarker(dir)), 0o700)
+		os.WriteFile(uringMarker(dir), nil, 0o600)
+	}
+}
+
+// restoreUring turns the switch back off if this cluster's up turned it
+// on, unless FUSE mounts remain: a mount served over io_uring stops
+// working once the switch is off.
+func restoreUring(dir string) {
+	if _, err := os.Stat(uringMarker(dir)); err != nil {
+		return
+	}
+	if left := fuseconn.FUSEMounts(); len(left) > 0 {
+		fmt.Printf("left %s on, as other FUSE mounts may use it: %s\n", fuse.EnableUringParam, strings.Join(left, ", "))
+	} else if err := fuse.DisableUring(); err != nil {
+		fmt.Printf("could not turn %s back off: %v\n", fuse.EnableUringParam, err)
+	} else {
+		fmt.Printf("turned %s back off, as it was before up\n", fuse.EnableUringParam)
+	}
+	os.Remove(uringMarker(dir))
 }

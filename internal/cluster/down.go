@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,20 +50,28 @@ func Down(dir string, force bool, progress io.Writer) error {
 		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
 	}
 	var errs []error
+	var notRunning []string
+	report := func(name string, wasRunning bool, err error) {
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case wasRunning:
+			say("stopped %s", name)
+		default:
+			notRunning = append(notRunning, name)
+		}
+	}
 	// The mount first. One detached lazily aborts its connection itself
 	// on SIGTERM; if it is still there after the grace period, its
 	// connection is aborted from here before SIGKILL, which alone cannot
 	// end a process with a request to its own mount out
 	// (internal/fuse/abort.go).
-	if err := stop(dir, "mount", func() {
+	wasRunning, err := stop(dir, "mount", func() {
 		if dev != "" {
 			fuseconn.Abort(dev)
 		}
-	}); err != nil {
-		errs = append(errs, err)
-	} else {
-		say("stopped mount")
-	}
+	})
+	report("mount", wasRunning, err)
 	var names []string
 	for _, s := range l.Servers {
 		names = append(names, s.Name)
@@ -71,11 +80,14 @@ func Down(dir string, force bool, progress io.Writer) error {
 		names = append(names, m.procName(len(l.Metas)))
 	}
 	for _, name := range names {
-		if err := stop(dir, name, nil); err != nil {
-			errs = append(errs, err)
-		} else {
-			say("stopped %s", name)
-		}
+		wasRunning, err := stop(dir, name, nil)
+		report(name, wasRunning, err)
+	}
+	switch {
+	case len(notRunning) == len(names)+1 && !mounted:
+		say("the cluster in %s is stopped: nothing was running", dir)
+	case len(notRunning) > 0:
+		say("not running: %s", strings.Join(notRunning, ", "))
 	}
 	return errors.Join(errs...)
 }
@@ -99,28 +111,29 @@ func mountPointPath(dir string) string {
 const stopGrace = 15 * time.Second
 
 // stop ends the recorded process of name, if it runs: SIGTERM, and after
-// stopGrace, beforeKill (if set) and SIGKILL.
-func stop(dir, name string, beforeKill func()) error {
+// stopGrace, beforeKill (if set) and SIGKILL. wasRunning says whether
+// there was a process to stop.
+func stop(dir, name string, beforeKill func()) (wasRunning bool, err error) {
 	defer os.Remove(pidFile(dir, name))
 	if !running(dir, name) {
-		return nil
+		return false, nil
 	}
 	pid := readPid(dir, name)
 	syscall.Kill(pid, syscall.SIGTERM)
 	if waitGone(dir, name, stopGrace) {
-		return nil
+		return true, nil
 	}
 	if beforeKill != nil {
 		beforeKill()
 		if waitGone(dir, name, 2*time.Second) {
-			return nil
+			return true, nil
 		}
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	if !waitGone(dir, name, 2*time.Second) {
-		return fmt.Errorf("%s (pid %d) does not stop", name, pid)
+		return true, fmt.Errorf("%s (pid %d) does not stop", name, pid)
 	}
-	return nil
+	return true, nil
 }
 
 // waitGone waits up to d for the recorded process of name to end.
@@ -191,4 +204,20 @@ func Kill(dir string) error {
 		syscall.Unmount(l.Mount, syscall.MNT_DETACH)
 	}
 	return nil
+}
+
+// Stopped reports whether none of the metadata replicas of the cluster in
+// dir runs: tools then say the cluster is stopped instead of showing a
+// refused connection.
+func Stopped(dir string) bool {
+	l, err := LoadLayout(dir)
+	if err != nil {
+		return false
+	}
+	for _, m := range l.Metas {
+		if running(dir, m.procName(len(l.Metas))) {
+			return false
+		}
+	}
+	return true
 }

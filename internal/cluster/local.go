@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/fuseconn"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/wire"
@@ -152,6 +153,13 @@ func Up(o Options) (*Layout, error) {
 		return nil, err
 	}
 	o.Dir = dir
+	if o.Mount != "" {
+		// Before anything is written: the layout records the mount
+		// point, which down unmounts.
+		if _, err := o.checkMountPoint(o.Mount); err != nil {
+			return nil, err
+		}
+	}
 	for _, d := range []string{"logs", "run", "meta", "storage"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("data directory: %w", err)
@@ -384,8 +392,8 @@ func (o *Options) startMount(l *Layout) error {
 	if err := os.MkdirAll(l.Mount, 0o755); err != nil && !isStaleMount(l.Mount) {
 		return fmt.Errorf("mount point: %w", err)
 	}
-	if isTandemMount(l.Mount) && running(o.Dir, "mount") {
-		return nil
+	if mine, err := o.checkMountPoint(l.Mount); err != nil || mine {
+		return err
 	}
 	if isStaleMount(l.Mount) {
 		o.progress("cleaning up a stale mount at %s", l.Mount)
@@ -409,6 +417,20 @@ func (o *Options) startMount(l *Layout) error {
 	}
 	o.progress("mounted at %s", l.Mount)
 	return nil
+}
+
+// checkMountPoint refuses a mount point something else is mounted on (a
+// second cluster, or another file system): mounting on top would hide
+// it. mine says this cluster's own mount is already there.
+func (o *Options) checkMountPoint(mnt string) (mine bool, err error) {
+	m, mounted := fuseconn.MountedAt(mountPointPath(mnt))
+	if !mounted || isStaleMount(mnt) {
+		return false, nil
+	}
+	if m.FSType == "fuse.tandem" && running(o.Dir, "mount") {
+		return true, nil
+	}
+	return false, fmt.Errorf("%s is already mounted (%s, from %s), by another cluster or another file system: unmount it or choose another --mount", mnt, m.FSType, m.Source)
 }
 
 // start launches `tandem ARGS` in the background, with env added to this

@@ -38,8 +38,9 @@ const (
 // that CPU for good; the ring's watch (in go-fuse, ring_stall_linux.go)
 // gets them served.
 
-// enableUringParam is the fuse module's switch for FUSE over io_uring.
-const enableUringParam = "/sys/module/fuse/parameters/enable_uring"
+// EnableUringParam is the fuse module's machine-wide switch for FUSE over
+// io_uring.
+const EnableUringParam = "/sys/module/fuse/parameters/enable_uring"
 
 // ParseIoUringMode checks a --io-uring value ("" is on).
 func ParseIoUringMode(s string) (IoUringMode, error) {
@@ -59,18 +60,39 @@ func prepareIoUring(mode IoUringMode, logf func(string, ...any)) bool {
 	if mode != IoUringOn {
 		return false
 	}
-	cur, err := os.ReadFile(enableUringParam)
+	cur, err := os.ReadFile(EnableUringParam)
 	if err != nil {
-		logf("FUSE over io_uring: this kernel has no %s (Linux 6.14+ built with CONFIG_FUSE_IO_URING); serving over /dev/fuse", enableUringParam)
+		logf("FUSE over io_uring: this kernel has no %s (Linux 6.14+ built with CONFIG_FUSE_IO_URING); serving over /dev/fuse", EnableUringParam)
 		return false
 	}
 	if strings.TrimSpace(string(cur)) == "Y" {
 		return true
 	}
-	if err := os.WriteFile(enableUringParam, []byte("Y\n"), 0o644); err != nil {
-		logf("FUSE over io_uring: turning on %s: %v; serving over /dev/fuse", enableUringParam, err)
+	if err := os.WriteFile(EnableUringParam, []byte("Y\n"), 0o644); err != nil {
+		logf("FUSE over io_uring: turning on %s: %v; serving over /dev/fuse", EnableUringParam, err)
 		return false
 	}
-	logf("FUSE over io_uring: turned on %s", enableUringParam)
+	logf("FUSE over io_uring: turned on %s", EnableUringParam)
 	return true
+}
+
+// EnableUring turns the fuse module's machine-wide enable_uring parameter
+// on (root); changed says it was off. `tandem up` does so before starting
+// its mount, to say that it did and to let `tandem down` turn it back.
+func EnableUring() (changed bool, err error) {
+	cur, err := os.ReadFile(EnableUringParam)
+	if err != nil {
+		return false, err
+	}
+	if strings.TrimSpace(string(cur)) == "Y" {
+		return false, nil
+	}
+	return true, os.WriteFile(EnableUringParam, []byte("Y\n"), 0o644)
+}
+
+// DisableUring turns the parameter off. Mounts still served over
+// io_uring then fail their next ring command: call it only when no FUSE
+// mount is left.
+func DisableUring() error {
+	return os.WriteFile(EnableUringParam, []byte("N\n"), 0o644)
 }

@@ -1,5 +1,5 @@
-// Package fuseconn finds FUSE mounts without touching them, and aborts
-// their kernel connections.
+// Package fuseconn finds mounts, FUSE ones above all, without touching
+// them, and aborts FUSE mounts' kernel connections.
 //
 // Both matter when the process serving a mount is stuck or being stopped:
 // a stat(2) of the mount point is a request to that process, which may
@@ -30,7 +30,62 @@ func Device(dir string) (dev string, ok bool) {
 // FUSE mount at dir listed in mountinfo (proc(5)): the one on top, where
 // several are stacked.
 func FindFUSE(mountinfo io.Reader, dir string) (dev string, ok bool) {
+	m, ok := findMount(mountinfo, dir, isFUSE)
+	return m.Dev, ok
+}
+
+// Mount is one line of mountinfo.
+type Mount struct {
+	Dev    string // "major:minor"
+	FSType string // "fuse.tandem", "ext4", ...
+	Source string
+}
+
+// MountedAt returns the mount on top at dir (absolute, without symbolic
+// links), of any type, from /proc/self/mountinfo.
+func MountedAt(dir string) (Mount, bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return Mount{}, false
+	}
+	defer f.Close()
+	return findMount(f, dir, func(string) bool { return true })
+}
+
+// FUSEMounts lists the mount points of every FUSE mount this process
+// sees.
+func FUSEMounts() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var dirs []string
+	eachMount(f, func(dir string, m Mount) {
+		if isFUSE(m.FSType) {
+			dirs = append(dirs, dir)
+		}
+	})
+	return dirs
+}
+
+func isFUSE(fstype string) bool { return fstype == "fuse" || strings.HasPrefix(fstype, "fuse.") }
+
+// findMount returns the last mount at dir whose file system type is
+// wanted.
+func findMount(mountinfo io.Reader, dir string, wanted func(fstype string) bool) (m Mount, ok bool) {
 	dir = filepath.Clean(dir)
+	eachMount(mountinfo, func(at string, mm Mount) {
+		if wanted(mm.FSType) && at == dir {
+			m, ok = mm, true
+		}
+	})
+	return m, ok
+}
+
+// eachMount calls f with every mount point in mountinfo (proc(5)) and
+// what is mounted there, in the file's order.
+func eachMount(mountinfo io.Reader, f func(dir string, m Mount)) {
 	sc := bufio.NewScanner(mountinfo)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -43,15 +98,11 @@ func FindFUSE(mountinfo io.Reader, dir string) (dev string, ok bool) {
 				break
 			}
 		}
-		if sep < 0 || sep+1 >= len(fields) {
+		if sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		fstype := fields[sep+1]
-		if (fstype == "fuse" || strings.HasPrefix(fstype, "fuse.")) && unescapeMountPath(fields[4]) == dir {
-			dev, ok = fields[2], true
-		}
+		f(unescapeMountPath(fields[4]), Mount{Dev: fields[2], FSType: fields[sep+1], Source: unescapeMountPath(fields[sep+2])})
 	}
-	return dev, ok
 }
 
 // unescapeMountPath undoes mountinfo's octal escapes (\040 for a space,
