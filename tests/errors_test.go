@@ -44,6 +44,9 @@ func TestBadInputGetsAClearMessage(t *testing.T) {
 		{"stripe outside a mount", []string{"stripe", "get", dir}, "not on a TandemFS mount"},
 		{"bad size", []string{"stripe", "set", "--chunk-size", "lots", dir}, "not a size"},
 		{"zero servers", []string{"up", "--data", filepath.Join(dir, "d"), "--servers", "0"}, "at least one server"},
+		{"stripe set outside a mount", []string{"stripe", "set", "--count", "2", dir}, "not on a TandemFS mount"},
+		{"bench on a missing directory", []string{"bench", "seq", filepath.Join(dir, "missing")}, "does not exist"},
+		{"bench meta with files that do not split", []string{"bench", "meta", "--files", "7", "--threads", "1,2,3", dir}, "give a value such as 12"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,5 +115,41 @@ func TestFullTargetGivesENOSPCAndKeepsWhatIsStored(t *testing.T) {
 	mustWrite(t, filepath.Join(c.Mount(), "tiny"), []byte("metadata still works"))
 	if err := os.Remove(filepath.Join(c.Mount(), "filler")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdminCommandsRefuseWhatTheyCannotDo: a second cluster is not
+// mounted over a first, a stopped cluster is said to be stopped, and a
+// stripe count larger than the chains gets a note on what files get.
+func TestAdminCommandsRefuseWhatTheyCannotDo(t *testing.T) {
+	c := testcluster.Start(t)
+	other := filepath.Join(t.TempDir(), "data")
+	out, err := runTandem(t, "up", "--data", other, "--mount", c.Mount())
+	if err == nil || !strings.Contains(out, "already mounted") {
+		t.Fatalf("up over a mounted cluster: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(other); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused up left %s behind (%v)", other, err)
+	}
+	d := filepath.Join(c.Mount(), "wide")
+	os.Mkdir(d, 0o755)
+	out, err = runTandem(t, "stripe", "set", "--count", "3", d)
+	if err != nil || !strings.Contains(out, "new files get 2 stripes of 2 copies") {
+		t.Fatalf("stripe set --count 3 with 2 chains: %v\n%s", err, out)
+	}
+	mustWrite(t, filepath.Join(d, "f"), make([]byte, 3<<20))
+	if l := getLayout(t, filepath.Join(d, "f")); l.Count != 2 {
+		t.Fatalf("a new file got %d stripes, the note said 2", l.Count)
+	}
+
+	c.Down()
+	for _, cmd := range [][]string{{"status"}, {"down"}} {
+		out, err := runTandem(t, append(cmd, "--data", c.Dir())...)
+		if !strings.Contains(out, "stopped") || strings.Contains(out, "connection refused") {
+			t.Fatalf("tandem %s on a stopped cluster: %v\n%s", cmd[0], err, out)
+		}
+		if strings.Contains(out, "stopped meta") {
+			t.Fatalf("down claims to have stopped what was not running:\n%s", out)
+		}
 	}
 }
