@@ -153,3 +153,76 @@ func stateOf(r watchRound, addr string) string {
 	}
 	return ""
 }
+
+// TestCapacityCountsEachDiskOnce: a one-machine cluster keeps its four
+// targets on one disk, and df on the mount and `tandem status` show that
+// disk's size once, not four times; the capacity is also shown per
+// server, and a server's targets that went offline are named as left out.
+func TestCapacityCountsEachDiskOnce(t *testing.T) {
+	c := testcluster.Start(t)
+	var disk, mnt syscall.Statfs_t
+	if err := syscall.Statfs(c.Dir(), &disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Statfs(c.Mount(), &mnt); err != nil {
+		t.Fatal(err)
+	}
+	diskBytes := disk.Blocks * uint64(disk.Bsize)
+	if got := mnt.Blocks * uint64(mnt.Bsize); got != diskBytes {
+		t.Fatalf("df on the mount: %d bytes, the one disk under its targets: %d", got, diskBytes)
+	}
+	var st struct {
+		Total       uint64   `json:"total_bytes"`
+		FileSystems int      `json:"file_systems"`
+		Offline     []uint32 `json:"offline_targets"`
+		Servers     []struct {
+			ID      uint32 `json:"id"`
+			Total   uint64 `json:"total_bytes"`
+			Targets int    `json:"targets"`
+			Online  int    `json:"targets_online"`
+		} `json:"servers"`
+	}
+	status := func() {
+		t.Helper()
+		out, err := exec.Command(testcluster.Binary(t), "status", "--data", c.Dir(), "--json").Output()
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status()
+	if st.Total != diskBytes || st.FileSystems != 1 || len(st.Offline) != 0 || len(st.Servers) != 2 {
+		t.Fatalf("status: %+v; want %d bytes in one file system, nothing offline, two servers", st, diskBytes)
+	}
+	for _, s := range st.Servers {
+		if s.Total != diskBytes || s.Targets != 2 || s.Online != 2 {
+			t.Fatalf("server %+v: want the disk once and 2 of 2 targets online", s)
+		}
+	}
+	c.KillProcess("storage2")
+	deadline := time.Now().Add(15 * time.Second)
+	for status(); len(st.Offline) < 2; status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("server 2's targets not listed offline after its kill: %+v", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Server IDs follow registration order, not process names.
+	var alive, dead int
+	for _, s := range st.Servers {
+		switch {
+		case s.Online == 2 && s.Total == diskBytes:
+			alive++
+		case s.Online == 0 && s.Total == 0:
+			dead++
+		}
+	}
+	if alive != 1 || dead != 1 {
+		t.Fatalf("servers %+v: want one with its disk and 2 of 2 online, one with nothing counted", st.Servers)
+	}
+	if st.Total != diskBytes {
+		t.Fatalf("the disk still has online targets of server 1, yet the capacity is %d", st.Total)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -271,9 +272,12 @@ type statusJSON struct {
 	Resyncs []resyncJSON `json:"resyncs,omitempty"`
 	Scrubs  []scrubJSON  `json:"scrubs,omitempty"`
 	Fencing []fenceJSON  `json:"fencing,omitempty"`
-	Total   uint64       `json:"total_bytes"`
-	Free    uint64       `json:"free_bytes"`
-	Healthy bool         `json:"healthy"`
+	// Total and Free count each file system of the online targets once.
+	Total       uint64   `json:"total_bytes"`
+	Free        uint64   `json:"free_bytes"`
+	FileSystems int      `json:"file_systems"`
+	Offline     []uint32 `json:"offline_targets"` // not counted in the capacity
+	Healthy     bool     `json:"healthy"`
 }
 
 type serverJSON struct {
@@ -283,6 +287,12 @@ type serverJSON struct {
 	// PrivateSeen is the last heartbeat over the private network, for
 	// servers that have one.
 	PrivateSeen string `json:"private_last_seen,omitempty"`
+	// The server's online capacity, each of its file systems once.
+	Total       uint64 `json:"total_bytes"`
+	Free        uint64 `json:"free_bytes"`
+	FileSystems int    `json:"file_systems"`
+	Targets     int    `json:"targets"`
+	Online      int    `json:"targets_online"`
 }
 
 type targetJSON struct {
@@ -340,6 +350,15 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		if ms, ok := st.PrivateSeenMs[s.ID]; ok {
 			sj.PrivateSeen = time.UnixMilli(ms).UTC().Format(time.RFC3339)
 		}
+		var own []proto.Target
+		for _, t := range st.Map.Targets {
+			if t.Server == s.ID {
+				own = append(own, t)
+			}
+		}
+		c := proto.CapacityOf(own)
+		sj.Total, sj.Free, sj.FileSystems = c.Total, c.Free, c.FileSystems
+		sj.Targets, sj.Online = len(own), len(own)-len(c.Offline)
 		j.Servers = append(j.Servers, sj)
 	}
 	for _, t := range st.Map.Targets {
@@ -352,7 +371,12 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		}
 		j.Targets = append(j.Targets, tj)
 	}
-	j.Total, j.Free = proto.Capacity(st.Map.Targets)
+	c := proto.CapacityOf(st.Map.Targets)
+	j.Total, j.Free, j.FileSystems, j.Offline = c.Total, c.Free, c.FileSystems, c.Offline
+	if j.Offline == nil {
+		j.Offline = []uint32{}
+	}
+	slices.Sort(j.Offline)
 	sort.Slice(j.Targets, func(a, b int) bool { return j.Targets[a].ID < j.Targets[b].ID })
 	for _, c := range st.Map.Chains {
 		cj := chainJSON{ID: c.ID, Version: c.Version, Targets: c.Targets}
@@ -449,8 +473,15 @@ func printStatus(j *statusJSON) {
 	if !j.Healthy {
 		health = "DEGRADED"
 	}
-	fmt.Printf("cluster: %s   capacity %s, %s free   inodes allocated %d   clients %d\n",
-		health, humanBytes(j.Total), humanBytes(j.Free), j.Meta.Inodes, j.Meta.Clients)
+	fmt.Printf("cluster: %s   capacity %s, %s free (%s)   inodes allocated %d   clients %d\n",
+		health, humanBytes(j.Total), humanBytes(j.Free), fileSystems(j.FileSystems), j.Meta.Inodes, j.Meta.Clients)
+	if len(j.Offline) > 0 {
+		ids := make([]string, len(j.Offline))
+		for i, id := range j.Offline {
+			ids[i] = fmt.Sprint(id)
+		}
+		fmt.Printf("not counted: target %s, not online\n", strings.Join(ids, ", "))
+	}
 	fmt.Printf("metadata: %s  raft %s  applied index %d  inline files up to %d bytes  file locks %d on %d files  directory leases %d on %d directories  file leases %d on %d files\n",
 		j.Meta.Addr, j.Meta.Raft, j.Meta.Applied, j.Meta.InlineLimit, j.Meta.FileLocks, j.Meta.LockedFiles, j.Meta.DirLeases, j.Meta.LeasedDirs,
 		j.Meta.FileLeases, j.Meta.LeasedFiles)
@@ -463,6 +494,14 @@ func printStatus(j *statusJSON) {
 	}
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SERVER\tADDRESS\tTARGETS ONLINE\tSIZE\tFREE\tFILE SYSTEMS")
+	for _, s := range j.Servers {
+		fmt.Fprintf(w, "%d\t%s\t%d of %d\t%s\t%s\t%d\n", s.ID, s.Addr, s.Online, s.Targets,
+			humanBytes(s.Total), humanBytes(s.Free), s.FileSystems)
+	}
+	w.Flush()
+	fmt.Println()
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SERVER\tADDRESS\tTARGET\tSTATE\tSIZE\tFREE\tUSED%\tPATH")
 	for _, s := range j.Servers {
 		for _, t := range j.Targets {
@@ -512,6 +551,14 @@ func printChains(j *statusJSON) {
 		fmt.Printf("resync: chain %d -> target %d  %d%% (%d chunks examined, %d copied, %s)\n",
 			r.Chain, r.Target, r.Percent, r.Chunks, r.Copied, humanBytes(r.Bytes))
 	}
+}
+
+// fileSystems says how many file systems the capacity counts.
+func fileSystems(n int) string {
+	if n == 1 {
+		return "1 file system"
+	}
+	return fmt.Sprintf("%d file systems", n)
 }
 
 func humanBytes(b uint64) string {

@@ -31,8 +31,9 @@ type Target struct {
 	TotalBytes uint64
 	FreeBytes  uint64
 	LastSeenMs int64 // unix ms of the last heartbeat, 0 if never
-	// Device identifies the file system holding the target on its
-	// server; targets sharing one are counted once in the capacity.
+	// Device identifies the file system holding the target, across
+	// machines (a hash of the machine's ID and the file system's device
+	// number); targets sharing one are counted once in the capacity.
 	Device uint64
 }
 
@@ -220,7 +221,7 @@ type TargetInfo struct {
 	Path       string
 	TotalBytes uint64
 	FreeBytes  uint64
-	Device     uint64 // st_dev of the target directory
+	Device     uint64 // the target's file system: see Target.Device
 	// Fresh marks a new disk in place of a dead target: its chains copy
 	// everything to it.
 	Fresh bool
@@ -550,23 +551,40 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	r.FileLeases, r.LeasedFiles = d.U32(), d.U32()
 }
 
-// Capacity sums the space of targets, counting a file system shared by
-// several targets of one server once (a one-machine cluster keeps every
-// target on the same disk).
+// Capacity sums the space of the online targets, counting each file
+// system once however many targets it holds (Target.Device names it, on
+// its machine): a one-machine cluster keeps every target on the same
+// disk, and it has that disk's size, not a multiple of it. Offline and
+// failed targets do not count: their space cannot be written.
 func Capacity(targets []Target) (total, free uint64) {
-	type fsKey struct {
-		server uint32
-		device uint64
-	}
-	seen := map[fsKey]bool{}
+	c := CapacityOf(targets)
+	return c.Total, c.Free
+}
+
+// ClusterCapacity is the space of a set of targets.
+type ClusterCapacity struct {
+	Total, Free uint64
+	FileSystems int      // distinct file systems of online targets
+	Offline     []uint32 // targets whose space is not counted
+}
+
+// CapacityOf is Capacity with the file systems counted and the targets
+// left out named.
+func CapacityOf(targets []Target) ClusterCapacity {
+	var c ClusterCapacity
+	seen := map[uint64]bool{}
 	for _, t := range targets {
-		k := fsKey{t.Server, t.Device}
-		if t.Device != 0 && seen[k] {
+		if t.State != TargetOnline {
+			c.Offline = append(c.Offline, t.ID)
 			continue
 		}
-		seen[k] = true
-		total += t.TotalBytes
-		free += t.FreeBytes
+		if t.Device != 0 && seen[t.Device] {
+			continue
+		}
+		seen[t.Device] = true
+		c.FileSystems++
+		c.Total += t.TotalBytes
+		c.Free += t.FreeBytes
 	}
-	return total, free
+	return c
 }

@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -237,12 +240,30 @@ func explainMetaErr(err error) string {
 	return msg
 }
 
-// deviceOf is the st_dev of path (0 if it cannot be read), so that the
-// metadata service counts targets that share a file system once.
+// deviceOf names the file system holding path across machines (0 if it
+// cannot be read), so that the metadata service counts targets that share
+// a file system once: a hash of this machine's ID and the file system's
+// device number, which alone repeats from machine to machine.
 func deviceOf(path string) uint64 {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return 0
 	}
-	return uint64(st.Dev)
+	h := fnv.New64a()
+	h.Write([]byte(machineID()))
+	binary.Write(h, binary.LittleEndian, uint64(st.Dev))
+	return max(h.Sum64(), 1)
+}
+
+// machineID is systemd's machine ID, or the host name where there is none.
+// Storage servers in network namespaces of one machine share it, as they
+// share its disks.
+func machineID() string {
+	for _, f := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	host, _ := os.Hostname()
+	return host
 }
