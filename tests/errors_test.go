@@ -153,3 +153,17 @@ func TestAdminCommandsRefuseWhatTheyCannotDo(t *testing.T) {
 		}
 	}
 }
+
+// TestInlineMaxZeroKeepsEveryFileOnTargets: --inline-max 0 does what it
+// says, as --no-inline does: even a one-byte file lives on targets.
+func TestInlineMaxZeroKeepsEveryFileOnTargets(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithInlineMax("0"))
+	f := filepath.Join(c.Mount(), "tiny")
+	mustWrite(t, f, []byte("x"))
+	if l := getLayout(t, f); l.Inline || len(l.Targets) == 0 {
+		t.Fatalf("a 1-byte file with --inline-max 0: %+v, want it on targets", l)
+	}
+	if got := mustRead(t, f); string(got) != "x" {
+		t.Fatalf("read back %q", got)
+	}
+}

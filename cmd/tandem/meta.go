@@ -61,6 +61,9 @@ func init() {
 			if failureTimeout != 0 && failureTimeout < time.Second {
 				return fmt.Errorf("--failure-timeout %v: at least 1s (heartbeats go every 500ms)", failureTimeout)
 			}
+			if cmd.Flags().Changed("inline-max") && inline == 0 {
+				noInline = true // as it says: no file is small enough
+			}
 			svc, err := meta.Start(meta.Config{
 				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout,
 				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
@@ -85,7 +88,7 @@ func init() {
 	f.StringVar(&raftListen, "raft-listen", "127.0.0.1:7101", "address for Raft peers")
 	f.StringVar(&id, "id", "meta1", "replica ID")
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
-	f.Uint32Var(&inline, "inline-max", 4096, "files up to this size live inline in the metadata (new file systems only)")
+	f.Uint32Var(&inline, "inline-max", 4096, "files up to this size live inline in the metadata, at most 65536; 0 keeps every file on targets, as --no-inline (new file systems only)")
 	f.BoolVar(&noInline, "no-inline", false, "store every file on targets (new file systems only)")
 	f.StringVar(&chunk, "chunk-size", "1M", "default chunk size (new file systems only)")
 	f.Uint32Var(&count, "stripe-count", 4, "default stripe count (new file systems only)")

@@ -67,7 +67,7 @@ running and brings back every file.`,
 	f.IntVar(&o.Servers, "servers", 2, "storage servers")
 	f.IntVar(&o.TargetsPerServer, "targets-per-server", 2, "storage targets per server")
 	f.IntVar(&o.MetaReplicas, "meta-replicas", 1, "metadata replicas in one Raft group: 1, or 3 to survive the loss of one (new clusters only)")
-	f.StringVar(&inline, "inline-max", "4096", "largest file kept inline in the metadata (new file systems only)")
+	f.StringVar(&inline, "inline-max", "4096", "largest file kept inline in the metadata, at most 65536; 0 keeps every file on storage targets (new file systems only)")
 	f.BoolVar(&o.NoInline, "no-inline", false, "keep every file on storage targets (new file systems only)")
 	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
 	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")

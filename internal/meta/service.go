@@ -40,8 +40,8 @@ type Config struct {
 	Peers []Peer
 
 	// Settings a new file system is created with (ignored afterwards).
-	InlineLimit   uint32       // default 4096; 0 disables inline files? use -1 via NoInline
-	NoInline      bool         // store every file on targets
+	InlineLimit   uint32       // largest inline file of a new file system; 0: the default, 4096
+	NoInline      bool         // a new file system stores every file on targets
 	DefaultStripe proto.Stripe // default 1 MiB x 4 chains; replicas 0: 2 copies when the cluster has 2+ servers
 
 	// FailureTimeout is how long a storage server may stay silent on the
@@ -225,6 +225,9 @@ func (s *Service) takeOver() error {
 		if _, err := s.propose(opInitRoot, init.Encode); err != nil {
 			return fmt.Errorf("creating the root directory: %w", err)
 		}
+	} else if s.fsm.inlineLimit != s.cfg.InlineLimit {
+		s.cfg.Logf("meta: this file system keeps files up to %d bytes inline, as it was created; the inline limit of %d given now applies to new file systems only",
+			s.fsm.inlineLimit, s.cfg.InlineLimit)
 	}
 	now := time.Now()
 	s.leases.reset(now)
