@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh - the whole test run (what CI runs): gofmt, go vet, and every
 # test with the race detector. Integration tests start real clusters
-# (separate processes on loopback TCP) and mount them with FUSE; they are
-# skipped when not running as root.
+# (separate processes on loopback TCP) and mount them with FUSE; without
+# root, FUSE or network namespaces they are skipped, and with CI=true they
+# fail instead (internal/testenv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -18,6 +19,9 @@ python3 -m unittest discover -s scripts -p '*_test.py'
 # could hide a change elsewhere. They always run (-count=1).
 go test -race -timeout 25m "$@" $(go list ./... | grep -v '/tests')
 # go-fuse is vendored (third_party/go-fuse) for its io_uring transport:
-# that transport's own unit tests run here; the rest are upstream's.
-go test -race -run 'Ring' github.com/hanwen/go-fuse/v2/fuse
+# its patch must say what the tree holds, and the fuse package's tests run,
+# the transport's own and upstream's for the files the fork changed
+# (server.go, request.go: a real mount's request handling).
+scripts/go-fuse-patch.sh --check
+go test -race -count=1 github.com/hanwen/go-fuse/v2/fuse
 go test -race -count=1 -timeout 25m "$@" ./tests/...

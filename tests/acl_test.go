@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tandemfs/internal/testcluster"
+	"tandemfs/internal/testenv"
 )
 
 // POSIX ACLs behave as on ext4 and XFS: setfacl and getfacl work with
@@ -62,9 +63,7 @@ func modeOf(t *testing.T, path string) uint32 {
 }
 
 func TestPOSIXACLs(t *testing.T) {
-	if _, err := exec.LookPath("setfacl"); err != nil {
-		t.Fatal("setfacl is missing: scripts/install-deps.sh installs Debian's acl package")
-	}
+	testenv.RequireCommand(t, "setfacl")
 	c := testcluster.Start(t)
 	root := c.Mount()
 	dir := func(t *testing.T) string {

@@ -13,6 +13,7 @@ import (
 	"tandemfs/internal/cluster"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
+	"tandemfs/internal/testenv"
 )
 
 // runTandem runs the binary and returns its combined output and error.
@@ -72,7 +73,7 @@ func TestFullTargetGivesENOSPCAndKeepsWhatIsStored(t *testing.T) {
 		target := filepath.Join(o.Dir, "storage", "storage1", "target1")
 		os.MkdirAll(target, 0o700)
 		if err := syscall.Mount("tmpfs", target, "tmpfs", 0, "size=48m"); err != nil {
-			t.Skipf("cannot mount a small tmpfs: %v", err)
+			testenv.Unavailable(t, "cannot mount a small tmpfs: %v", err)
 		}
 		t.Cleanup(func() { syscall.Unmount(target, syscall.MNT_DETACH) })
 	}

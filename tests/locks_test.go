@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tandemfs/internal/testcluster"
+	"tandemfs/internal/testenv"
 )
 
 // File locks are the cluster's: a lock taken through one mount (one
@@ -147,9 +148,7 @@ func TestFileLocksHoldAcrossClientHosts(t *testing.T) {
 	})
 
 	t.Run("a signal ends a wait for a lock", func(t *testing.T) {
-		if _, err := exec.LookPath("flock"); err != nil {
-			t.Skip("flock(1) (util-linux) is not installed")
-		}
+		testenv.RequireCommand(t, "flock")
 		pa, pb := newFile("timeout")
 		fa := openRW(t, pa)
 		if err := unix.Flock(int(fa.Fd()), unix.LOCK_EX); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tandemfs/internal/stream"
+	"tandemfs/internal/testenv"
 )
 
 // runStream runs `tandem <args>` in-process with a fresh command tree and
@@ -186,9 +187,7 @@ func pipeline(t *testing.T, size string, ddArgs []string, checkArgs ...string) (
 }
 
 func TestStreamSurvivesDDWithMismatchedBlockSizes(t *testing.T) {
-	if _, err := exec.LookPath("dd"); err != nil {
-		t.Skip("dd not installed")
-	}
+	testenv.RequireCommand(t, "dd")
 	for _, dd := range [][]string{{"bs=1000"}, {"ibs=4095", "obs=3333"}, {"bs=1M"}, {"bs=512", "iflag=fullblock"}} {
 		// An odd size, so that the stream's last block is cut short too.
 		out, code := pipeline(t, "3000001", dd, "--size", "3000001")
@@ -199,9 +198,7 @@ func TestStreamSurvivesDDWithMismatchedBlockSizes(t *testing.T) {
 }
 
 func TestStreamCheckFindsTheTailACutCopyLost(t *testing.T) {
-	if _, err := exec.LookPath("dd"); err != nil {
-		t.Skip("dd not installed")
-	}
+	testenv.RequireCommand(t, "dd")
 	// As if the copy died part way: dd stops after 1000 blocks of 1000 bytes.
 	out, code := pipeline(t, "4M", []string{"bs=1000", "count=1000", "iflag=fullblock"})
 	if code != 1 || !strings.Contains(out, "valid data for 1000000 bytes at offset 0\n") ||

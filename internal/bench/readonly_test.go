@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"tandemfs/internal/testenv"
 )
 
 // readOnlyDir returns a directory nobody may create files in. Permission
@@ -21,7 +22,7 @@ func readOnlyDir(t *testing.T) string {
 		return dir
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY, "size=1m"); err != nil {
-		t.Skipf("cannot mount a read-only tmpfs as root: %v", err)
+		testenv.Unavailable(t, "cannot mount a read-only tmpfs as root: %v", err)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, 0) })
 	return dir

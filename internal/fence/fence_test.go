@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"tandemfs/internal/testenv"
 	"testing"
 	"time"
 )
@@ -526,12 +527,10 @@ func TestSampleKillAgentFailsWithNothingToFence(t *testing.T) {
 // The failure matrix runs each storage server in its own network namespace;
 // fencing one kills everything in it. Needs root and iproute2.
 func TestSampleKillAgentKillsANetworkNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for ip netns")
-	}
+	testenv.RequireRoot(t)
 	ns := fmt.Sprintf("tandem-fence-test-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Skipf("ip netns add: %v: %s", err, out)
+		testenv.Unavailable(t, "ip netns add: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
 	servers := []*exec.Cmd{

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"tandemfs/internal/testenv"
 	"testing"
 )
 
@@ -13,14 +14,15 @@ var (
 	unsupported string // why labs cannot be built here; "" if they can
 )
 
-// Skip skips the test unless labs can be built here: root, ip, nsenter and
+// Skip ends the test unless labs can be built here: root, ip, nsenter and
 // bash present, and network namespaces creatable (a container may forbid
-// them even to root). The check runs once per test process.
+// them even to root). It skips, or under CI fails (testenv). The check
+// runs once per test process.
 func Skip(t testing.TB) {
 	t.Helper()
 	supportOnce.Do(func() { unsupported = checkSupport() })
 	if unsupported != "" {
-		t.Skip("netlab: " + unsupported)
+		testenv.Unavailable(t, "netlab: %s", unsupported)
 	}
 }
 

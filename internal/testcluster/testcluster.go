@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tandemfs/internal/cluster"
+	"tandemfs/internal/testenv"
 )
 
 var (
@@ -62,15 +63,15 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// RequireFUSE skips the test unless this process can mount FUSE file
-// systems (root and /dev/fuse).
+// RequireFUSE ends the test unless this process can mount FUSE file
+// systems (root and /dev/fuse): a skip, or under CI a failure (testenv).
 func RequireFUSE(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount FUSE")
+		testenv.Unavailable(t, "needs root to mount FUSE")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse")
+		testenv.Unavailable(t, "needs /dev/fuse")
 	}
 }
 
