@@ -46,7 +46,7 @@ func TestBenchUsageErrorsExitWithStatus2(t *testing.T) {
 		"bad size":           {[]string{"rand", dir, "--size", "lots"}, `--size: "lots" is not a size`},
 		"unknown flag":       {[]string{"seq", dir, "--sise", "1G"}, "unknown flag: --sise"},
 		"no directory":       {[]string{"meta"}, "meta needs exactly one directory"},
-		"missing directory":  {[]string{"meta", dir + "/absent"}, "no such file or directory"},
+		"missing directory":  {[]string{"meta", dir + "/absent"}, "absent does not exist"},
 		"unknown command":    {[]string{"iops", dir}, `unknown command "iops"`},
 	}
 	for name, tc := range cases {
