@@ -15,9 +15,15 @@ import (
 )
 
 // The block cache (internal/client/blockcache.go): a client answers small
-// reads of files it holds leases on from its memory, O_DIRECT reads
-// included, and a change another client commits is seen by the next read
-// even on a file kept open.
+// reads of files it holds leases on from its memory, and a change another
+// client commits is seen by the next read even on a file kept open. The
+// tests reach the client with O_DIRECT reads, past the kernel's page
+// cache, on mounts that let the cache answer those
+// (--cache-direct-io); by default O_DIRECT reads go to the storage
+// servers every time.
+
+// cachingDirectIO mounts with O_DIRECT reads answered by the block cache.
+var cachingDirectIO = testcluster.WithMountFlags("--cache-direct-io")
 
 const blk = 4096
 
@@ -75,7 +81,7 @@ func wantBlock(t *testing.T, what string, got []byte, c byte) {
 }
 
 func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T) {
-	c := testcluster.Start(t)
+	c := testcluster.Start(t, cachingDirectIO)
 	path := filepath.Join(c.Mount(), "f")
 	fileOfBlocks(t, path, 256) // made here: this client holds its lease
 	f := openDirect(t, path, os.O_RDONLY)
@@ -116,7 +122,7 @@ func TestSmallReadsOfALeasedFileAreAnsweredWithoutTheStorageServers(t *testing.T
 }
 
 func TestTheBlocksOfARemovedFileMakeRoomAtOnce(t *testing.T) {
-	c := testcluster.Start(t)
+	c := testcluster.Start(t, cachingDirectIO)
 	cached := func(what string, want int64) {
 		t.Helper()
 		if s := clientStats(t, c.Mount()); s.BlockCacheBytes != want {
@@ -175,7 +181,8 @@ func clientStats(t *testing.T, mount string) fuse.ClientStats {
 }
 
 func TestODirectReadsSeeWhatAnotherMountFsyncedOrClosed(t *testing.T) {
-	a, b := twoMounts(t)
+	c := testcluster.Start(t, cachingDirectIO)
+	a, b := c.Mount(), secondMount(t, c, "--cache-direct-io")
 	time.Sleep(300 * time.Millisecond) // both watches live
 	fileOfBlocks(t, filepath.Join(a, "f"), 8)
 	reader := openDirect(t, filepath.Join(b, "f"), os.O_RDONLY)
@@ -216,7 +223,7 @@ func TestODirectReadsSeeWhatAnotherMountFsyncedOrClosed(t *testing.T) {
 }
 
 func TestWritesThroughOneMountAreReadAtOnceThroughAnyOfItsHandles(t *testing.T) {
-	c := testcluster.Start(t)
+	c := testcluster.Start(t, cachingDirectIO)
 	path := filepath.Join(c.Mount(), "f")
 	fileOfBlocks(t, path, 8)
 	reader := openDirect(t, path, os.O_RDONLY)
@@ -250,4 +257,53 @@ func TestWritesThroughOneMountAreReadAtOnceThroughAnyOfItsHandles(t *testing.T) 
 		t.Fatal(err)
 	}
 	wantBlock(t, "after a truncate and regrowth", readBlock(t, reader, 1), 0)
+}
+
+// TestODirectGoesToTheStorageServersByDefault: O_DIRECT means direct. A
+// block read twice with O_DIRECT is asked of the storage servers both
+// times, so with them stopped the second read waits for them; the block
+// cache holds nothing and answered nothing, and an O_DIRECT write leaves
+// nothing in it either. (The papers' random tests, IOzone -I, measure the
+// storage this way.)
+func TestODirectGoesToTheStorageServersByDefault(t *testing.T) {
+	c := testcluster.Start(t)
+	path := filepath.Join(c.Mount(), "f")
+	fileOfBlocks(t, path, 64)
+	f := openDirect(t, path, os.O_RDWR)
+	for i := range 64 {
+		wantBlock(t, "first read", readBlock(t, f, i), byte('a'+i%26))
+	}
+	writeBlock(t, f, 3, 'W')
+	if s := clientStats(t, c.Mount()); s.BlockCacheBytes != 0 || s.BlockCacheHits != 0 {
+		t.Fatalf("after O_DIRECT reads and a write the block cache holds %d bytes and answered %d reads", s.BlockCacheBytes, s.BlockCacheHits)
+	}
+	c.Signal("storage1", syscall.SIGSTOP)
+	c.Signal("storage2", syscall.SIGSTOP)
+	woken := false
+	wake := func() {
+		if !woken {
+			c.Signal("storage1", syscall.SIGCONT)
+			c.Signal("storage2", syscall.SIGCONT)
+			woken = true
+		}
+	}
+	defer wake()
+	read := make(chan []byte, 1)
+	go func() {
+		b := alignedBlock(blk)
+		f.ReadAt(b, 3*blk)
+		read <- b
+	}()
+	select {
+	case <-read:
+		t.Fatal("an O_DIRECT read was answered while every storage server was stopped")
+	case <-time.After(time.Second):
+	}
+	wake()
+	select {
+	case b := <-read:
+		wantBlock(t, "the read once the servers woke", b, 'W')
+	case <-time.After(30 * time.Second):
+		t.Fatal("the O_DIRECT read did not finish after the servers woke")
+	}
 }

@@ -17,7 +17,7 @@ import (
 
 func init() {
 	var metaAddr, secretFile, cacheSize, ioUring string
-	var debug bool
+	var debug, cacheDirect bool
 	var giveUp time.Duration
 	cmd := &cobra.Command{
 		Use:   "mount --meta ADDR --secret-file FILE MOUNTPOINT",
@@ -42,7 +42,7 @@ func init() {
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
 			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp),
-				BlockCacheBytes: cacheBytes})
+				BlockCacheBytes: cacheBytes, CacheDirectIO: cacheDirect})
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,8 @@ func init() {
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
-	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads (O_DIRECT ones too) of files this client holds leases on; 0 turns it off")
+	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads of files this client holds leases on; 0 turns it off")
+	f.BoolVar(&cacheDirect, "cache-direct-io", false, "let the block cache answer O_DIRECT reads and keep small O_DIRECT writes (by default O_DIRECT reads and writes always go to the storage targets)")
 	f.StringVar(&ioUring, "io-uring", "on", "on: serve the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), each request on its caller's CPU, turning the fuse module's enable_uring on (root), else over /dev/fuse; off: over /dev/fuse (docs/architecture.md, \"Kernel transport\")")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

@@ -9,11 +9,13 @@ import (
 )
 
 // The block cache: 4 KiB blocks of files, kept in the client's memory, so
-// that small reads a client repeats (random reads, O_DIRECT ones
-// included, as an SSD cache in front of a SAN answers them: the role of
-// the white papers' Fluid Cache) are answered without a call to a storage
-// server. It is write-through: writes go to the storage servers as
-// before, and a small O_DIRECT write also leaves its blocks here.
+// that small reads a client repeats (random reads that get past the
+// kernel's page cache) are answered without a call to a storage server.
+// It is write-through: writes go to the storage servers as before, and a
+// small O_SYNC write also leaves its blocks here. O_DIRECT reads and
+// writes bypass it unless the mount asks for them to be cached
+// (Config.CacheDirectIO, `tandem mount --cache-direct-io`): O_DIRECT
+// means the storage is asked.
 //
 // Coherence is close-to-open, as NFS's and JuiceFS's are, with one more
 // guarantee: a change another client commits (its close, fsync, a lock

@@ -36,6 +36,11 @@ type Config struct {
 	// BlockCacheBytes bounds the block cache (blockcache.go): 0 is
 	// DefaultBlockCacheBytes, negative turns it off.
 	BlockCacheBytes int64
+	// CacheDirectIO lets the block cache answer O_DIRECT reads and keep
+	// small O_DIRECT writes. Off (the default), O_DIRECT means what it
+	// says: every read and write goes to the storage targets, which is
+	// what the papers' IOzone -I measures.
+	CacheDirectIO bool
 	Logf            func(format string, args ...any)
 }
 

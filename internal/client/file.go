@@ -67,9 +67,12 @@ type chunkKey struct {
 type Handle struct {
 	c      *Client
 	st     *fileState
-	direct bool   // O_DIRECT or O_SYNC: write through, no write-behind
-	sync   bool   // O_SYNC/O_DSYNC: each write durable before it returns
-	errSeq uint64 // the last of st's failures this handle reported
+	direct bool // O_DIRECT or O_SYNC: write through, no write-behind
+	sync   bool // O_SYNC/O_DSYNC: each write durable before it returns
+	// uncached: O_DIRECT, and the client does not cache such I/O
+	// (Config.CacheDirectIO): no block cache for its reads and writes.
+	uncached bool
+	errSeq   uint64 // the last of st's failures this handle reported
 }
 
 // Open opens inode ino (of which n is a fresh copy). flags are open(2)
@@ -77,9 +80,10 @@ type Handle struct {
 func (c *Client) Open(n *proto.Inode, flags uint32) (*Handle, error) {
 	st := c.acquire(n)
 	h := &Handle{c: c, st: st,
-		direct: flags&syscall.O_DIRECT != 0 || flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
-		sync:   flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
-		errSeq: st.errSample()}
+		direct:   flags&syscall.O_DIRECT != 0 || flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
+		sync:     flags&syscall.O_SYNC != 0 || flags&syscall.O_DSYNC != 0,
+		uncached: flags&syscall.O_DIRECT != 0 && !c.cfg.CacheDirectIO,
+		errSeq:   st.errSample()}
 	if flags&syscall.O_TRUNC != 0 && n.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		r := proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetSize, Size: 0}
 		if _, err := c.SetAttr(&r); err != nil {
@@ -251,6 +255,7 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 	// The generation is taken under st.mu, as writes drop blocks, so a
 	// write that starts after this read makes its insert void.
 	gen, cacheable := h.c.blockCacheable(st, off, len(buf))
+	cacheable = cacheable && !h.uncached
 	st.mu.Unlock()
 	if !h.direct { // O_DIRECT readers asked for no readahead
 		if data, done, served, err := st.ra.read(h.c, &layout, &st.inflight, size, off, buf); served {
@@ -323,7 +328,7 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
 		st.written[chunkKey{p.chain, p.index}] = struct{}{}
 	}
-	keep, gen := h.c.startCachedWrite(st, off, data, h.direct)
+	keep, gen := h.c.startCachedWrite(st, off, data, h.direct && !h.uncached)
 	st.mu.Unlock()
 
 	// Every write, O_DIRECT ones too, is counted in flight: it goes out

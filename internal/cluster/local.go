@@ -56,6 +56,8 @@ type Options struct {
 	ScrubEvery time.Duration
 	// StorageFlags are added to every storage server's command line.
 	StorageFlags []string
+	// MountFlags are added to the mount's command line.
+	MountFlags []string
 	Progress     io.Writer // where to report progress (may be nil)
 	Timeout      time.Duration
 }
@@ -403,6 +405,7 @@ func (o *Options) startMount(l *Layout) error {
 	if o.IoUring != "" {
 		args = append(args, "--io-uring", o.IoUring)
 	}
+	args = append(args, o.MountFlags...)
 	args = append(args, l.Mount)
 	if _, err := o.start("mount", args, nil); err != nil {
 		return err

@@ -103,6 +103,11 @@ func WithFaultFiles() Option { return func(o *cluster.Options) { o.FaultFiles = 
 // WithScrubEvery has the storage servers scrub every d.
 func WithScrubEvery(d time.Duration) Option { return func(o *cluster.Options) { o.ScrubEvery = d } }
 
+// WithMountFlags adds flags to the mount's command line.
+func WithMountFlags(flags ...string) Option {
+	return func(o *cluster.Options) { o.MountFlags = append(o.MountFlags, flags...) }
+}
+
 // WithStorageFlags adds flags to every storage server's command line.
 func WithStorageFlags(flags ...string) Option {
 	return func(o *cluster.Options) { o.StorageFlags = append(o.StorageFlags, flags...) }
