@@ -41,7 +41,7 @@ type Config struct {
 	// says: every read and write goes to the storage targets, which is
 	// what the papers' IOzone -I measures.
 	CacheDirectIO bool
-	Logf            func(format string, args ...any)
+	Logf          func(format string, args ...any)
 }
 
 // Client is a connection to one TandemFS cluster. It is safe for

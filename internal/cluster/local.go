@@ -58,8 +58,8 @@ type Options struct {
 	StorageFlags []string
 	// MountFlags are added to the mount's command line.
 	MountFlags []string
-	Progress     io.Writer // where to report progress (may be nil)
-	Timeout      time.Duration
+	Progress   io.Writer // where to report progress (may be nil)
+	Timeout    time.Duration
 }
 
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
