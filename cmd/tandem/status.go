@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -320,7 +321,8 @@ type fenceJSON struct {
 	Summary string `json:"summary"`
 }
 
-// resyncJSON is the progress of a chain head copying a member.
+// resyncJSON is the progress of a chain head copying a member (a
+// returning one, or a new disk in place of a dead target).
 type resyncJSON struct {
 	Chain   uint32 `json:"chain"`
 	Target  uint32 `json:"target"`
@@ -329,10 +331,46 @@ type resyncJSON struct {
 	Copied  uint64 `json:"chunks_copied"`
 	Bytes   uint64 `json:"bytes_copied"`
 	Started string `json:"started"`
+	progressJSON
+}
+
+// progressJSON is how fast long work goes and how long it has left: the
+// bytes it moved per second since it started, and its time left at the
+// pace it has done its 256 buckets so far.
+type progressJSON struct {
+	Rate    float64 `json:"bytes_per_second"`
+	Elapsed float64 `json:"elapsed_seconds"`
+	Left    float64 `json:"seconds_left"` // -1 while nothing is done to judge by
+}
+
+// progressOf judges work that has done buckets of 256 and moved bytes
+// since started.
+func progressOf(buckets uint32, bytes uint64, started, now time.Time) progressJSON {
+	p := progressJSON{Left: -1}
+	elapsed := now.Sub(started).Seconds()
+	if elapsed <= 0 {
+		return p
+	}
+	p.Elapsed = math.Round(elapsed*10) / 10
+	p.Rate = math.Round(float64(bytes) / elapsed)
+	if buckets > 0 {
+		p.Left = math.Round(elapsed * float64(256-min(buckets, 256)) / float64(buckets))
+	}
+	return p
+}
+
+// String reads as "312.5 MiB/s, 1m20s left".
+func (p progressJSON) String() string {
+	left := "time left not known yet"
+	if p.Left >= 0 {
+		left = (time.Duration(p.Left) * time.Second).String() + " left"
+	}
+	return fmt.Sprintf("%s/s, %s", humanBytes(uint64(p.Rate)), left)
 }
 
 func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	var j statusJSON
+	now := time.Now()
 	j.Meta.Replicas = reps
 	j.Meta.Addr, j.Meta.Raft, j.Meta.Applied = st.MetaAddr, st.RaftState, st.RaftIndex
 	j.Meta.Inodes, j.Meta.InlineLimit, j.Meta.Clients = st.Inodes, st.InlineLimit, st.Sessions
@@ -394,9 +432,10 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 	}
 	for _, r := range st.Resyncs {
 		j.Resyncs = append(j.Resyncs, resyncJSON{Chain: r.Chain, Target: r.Target, Percent: r.Buckets * 100 / 256,
-			Chunks: r.Chunks, Copied: r.Copied, Bytes: r.Bytes, Started: time.UnixMilli(r.StartedMs).UTC().Format(time.RFC3339)})
+			Chunks: r.Chunks, Copied: r.Copied, Bytes: r.Bytes, Started: time.UnixMilli(r.StartedMs).UTC().Format(time.RFC3339),
+			progressJSON: progressOf(r.Buckets, r.Bytes, time.UnixMilli(r.StartedMs), now)})
 	}
-	j.Scrubs = scrubsJSON(st.Scrubs)
+	j.Scrubs = scrubsJSON(st.Scrubs, now)
 	for _, s := range j.Scrubs {
 		if s.Unrepaired > 0 {
 			j.Healthy = false // stored data is damaged
@@ -420,13 +459,20 @@ type scrubJSON struct {
 	Repaired   uint64 `json:"repaired_since_start"`
 	Started    string `json:"started,omitempty"`
 	LastDone   string `json:"last_done,omitempty"`
+	// For the pass running: its share done, pace and time left.
+	Percent       uint32 `json:"percent,omitempty"`
+	*progressJSON `json:",omitempty"`
 }
 
-func scrubsJSON(ps []proto.ScrubProgress) []scrubJSON {
+func scrubsJSON(ps []proto.ScrubProgress, now time.Time) []scrubJSON {
 	var out []scrubJSON
 	for _, p := range ps {
 		j := scrubJSON{Target: p.Target, Chain: p.Chain, Running: p.Running, Chunks: p.Chunks, Bytes: p.Bytes,
 			BadBlocks: p.BadBlocks, Repaired: p.Repaired, Unrepaired: p.Unrepaired}
+		if p.Running && p.StartedMs > 0 {
+			pr := progressOf(p.Buckets, p.Bytes, time.UnixMilli(p.StartedMs), now)
+			j.Percent, j.progressJSON = p.Buckets*100/256, &pr
+		}
 		if p.StartedMs > 0 {
 			j.Started = time.UnixMilli(p.StartedMs).UTC().Format(time.RFC3339)
 		}
@@ -450,7 +496,7 @@ func printScrubs(j *statusJSON) {
 	for _, s := range j.Scrubs {
 		state := "idle"
 		if s.Running {
-			state = "running"
+			state = fmt.Sprintf("running %d%%, %s", s.Percent, s.progressJSON)
 		}
 		last := s.LastDone
 		if last == "" {
@@ -548,8 +594,8 @@ func printChains(j *statusJSON) {
 	}
 	w.Flush()
 	for _, r := range j.Resyncs {
-		fmt.Printf("resync: chain %d -> target %d  %d%% (%d chunks examined, %d copied, %s)\n",
-			r.Chain, r.Target, r.Percent, r.Chunks, r.Copied, humanBytes(r.Bytes))
+		fmt.Printf("resync: chain %d -> target %d  %d%%, %s (%d chunks examined, %d copied, %s)\n",
+			r.Chain, r.Target, r.Percent, r.progressJSON, r.Chunks, r.Copied, humanBytes(r.Bytes))
 	}
 }
 

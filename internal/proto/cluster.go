@@ -361,6 +361,7 @@ type ScrubProgress struct {
 	Repaired      uint64 // blocks rewritten from a good copy since the server started
 	StartedMs     int64  // start of the pass running or last started
 	LastDoneMs    int64  // end of the last complete pass, 0 if none
+	Buckets       uint32 // of the store's 256 buckets of chunks, those the pass running has done
 }
 
 func (p *ScrubProgress) Encode(e *wire.Enc) {
@@ -374,12 +375,14 @@ func (p *ScrubProgress) Encode(e *wire.Enc) {
 	e.U64(p.Unrepaired)
 	e.I64(p.StartedMs)
 	e.I64(p.LastDoneMs)
+	e.U32(p.Buckets)
 }
 
 func (p *ScrubProgress) Decode(d *wire.Dec) {
 	p.Target, p.Chain, p.Running = d.U32(), d.U32(), d.Bool()
 	p.Chunks, p.Bytes, p.BadBlocks, p.Repaired, p.Unrepaired = d.U64(), d.U64(), d.U64(), d.U64(), d.U64()
 	p.StartedMs, p.LastDoneMs = d.I64(), d.I64()
+	p.Buckets = d.U32()
 }
 
 func encodeScrubs(e *wire.Enc, ps []ScrubProgress) {
@@ -390,7 +393,7 @@ func encodeScrubs(e *wire.Enc, ps []ScrubProgress) {
 }
 
 func decodeScrubs(d *wire.Dec) []ScrubProgress {
-	ps := make([]ScrubProgress, d.Count(MaxList, 57))
+	ps := make([]ScrubProgress, d.Count(MaxList, 61))
 	for i := range ps {
 		ps[i].Decode(d)
 	}

@@ -77,7 +77,7 @@ func (r *scrubRecord) report(k scrubKey) proto.ScrubProgress {
 		Chunks: src.Chunks, Bytes: src.Bytes, BadBlocks: src.BadBlocks, Unrepaired: src.Unrepaired,
 		Repaired: r.repaired, StartedMs: r.pass.StartedMs, LastDoneMs: r.done.LastDoneMs}
 	if r.running {
-		out.Chunks, out.Bytes = r.pass.Chunks, r.pass.Bytes
+		out.Chunks, out.Bytes, out.Buckets = r.pass.Chunks, r.pass.Bytes, r.pass.Buckets
 	}
 	return out
 }
@@ -217,6 +217,7 @@ func (s *Service) scrubStore(k scrubKey, st *Target, p *pacer) bool {
 			last := chunks[len(chunks)-1]
 			start, afterIno, afterIdx = false, last.Ino, last.Index
 		}
+		s.scrubs.update(k, func(r *scrubRecord) { r.pass.Buckets = uint32(b + 1) })
 	}
 	s.scrubs.update(k, func(r *scrubRecord) {
 		r.running = false
