@@ -10,8 +10,11 @@ MNT     ?= ./mnt
 
 all: build
 
+# -v names each package as it is compiled: the first build compiles every
+# dependency (a minute or two on 2 cores), later ones only what changed.
 build:
-	$(GO) build -o $(BIN) ./cmd/tandem
+	@echo "building $(BIN) (the first build compiles every dependency: a minute or two)"
+	$(GO) build -v -o $(BIN) ./cmd/tandem
 
 # Build and start a one-machine cluster mounted at ./mnt.
 up: deps build

@@ -48,4 +48,8 @@ if [ ${#need[@]} -gt 0 ]; then
     fi
 fi
 [ -e /dev/fuse ] || echo "install-deps: warning: /dev/fuse is missing; FUSE mounts and their tests will not work" >&2
-go mod download
+# The Go modules, fetched once: each module fetched is named as it comes.
+go mod download -x 2>&1 | awk '/^# get .*\.zip: 200/ { m = $3; sub(/^https?:\/\/[^\/]*\//, "", m); sub(/\.zip:$/, "", m); sub(/\/@v\//, " ", m)
+        print "install-deps: fetched Go module " m; fflush() }
+    /^go: / { print; fflush() }'
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "install-deps: go mod download failed" >&2; exit 1; }
