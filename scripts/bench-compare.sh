@@ -12,12 +12,18 @@
 #   --worktree        build TandemFS from the working tree as it is now
 #   --tandem-bin PATH use an already built tandem binary (commit recorded as HEAD)
 #   --systems LIST    systems to measure, in this order
-#                     (default "local tandem juicefs seaweedfs moosefs glusterfs";
+#                     (default "local tandem tandem1 juicefs seaweedfs glusterfs
+#                     moosefs seaweedfs-r2 glusterfs-r2": TandemFS with two
+#                     copies and with one, and peers keeping one copy and two,
+#                     so that the table compares like with like);
 #                     juicefs-redis is also known; tandem1 is TandemFS with one
-#                     copy of each file, as the peers keep by default;
-#                     tandem-devfuse is TandemFS (two copies) with its mount
-#                     on /dev/fuse (tandem up --io-uring off); the default
-#                     mount is on FUSE-over-io_uring where the kernel has it)
+#                     copy of each file; tandem-devfuse is TandemFS (two copies)
+#                     with its mount on /dev/fuse (tandem up --io-uring off); the
+#                     default mount is on FUSE-over-io_uring where the kernel
+#                     has it; tandem-cached is TandemFS (two copies) whose block
+#                     cache answers O_DIRECT reads (tandem up --cache-direct-io),
+#                     a labelled figure beside the storage's; seaweedfs-r2 and
+#                     glusterfs-r2 are those peers keeping two copies)
 #   --out DIR         result directory (default docs/bench-results/YYYY-MM-DD,
 #                     or YYYY-MM-DD-HHMM if that already exists)
 #
@@ -56,7 +62,7 @@ die() { log "ERROR: $*"; exit 1; }
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit "${1:-1}"; }
 
 # ------------------------------------------------------------------ arguments
-MODE=commit REV=HEAD TANDEM_BIN="" OUT="" SYSTEMS="local tandem juicefs seaweedfs moosefs glusterfs"
+MODE=commit REV=HEAD TANDEM_BIN="" OUT="" SYSTEMS="local tandem tandem1 juicefs seaweedfs glusterfs moosefs seaweedfs-r2 glusterfs-r2"
 while [ $# -gt 0 ]; do
     case "$1" in
         --commit) MODE=commit; REV=${2:?--commit needs a revision}; shift ;;
@@ -87,8 +93,9 @@ command -v fio >/dev/null || die "fio is not installed ($SHARED/bench/install-de
 command -v python3 >/dev/null || die "python3 is not installed"
 for s in $SYSTEMS; do
     case $s in
-        local|tandem|tandem1|tandem-devfuse) ;;
-        juicefs-redis) [ -x "$PEERS/juicefs/up.sh" ] || [ -f "$PEERS/juicefs/up.sh" ] || die "no $PEERS/juicefs/up.sh" ;;
+        local|tandem|tandem1|tandem-devfuse|tandem-cached) ;;
+        juicefs-redis) [ -f "$PEERS/juicefs/up.sh" ] || die "no $PEERS/juicefs/up.sh" ;;
+        seaweedfs-r2|glusterfs-r2) [ -f "$PEERS/${s%-r2}/up.sh" ] || die "no $PEERS/${s%-r2}/up.sh" ;;
         *) [ -f "$PEERS/$s/up.sh" ] || die "unknown system '$s' (no $PEERS/$s/up.sh)" ;;
     esac
 done
@@ -217,7 +224,7 @@ build_tandem() {
     esac
 }
 TANDEM_OK=false
-if [[ " $SYSTEMS " == *" tandem "* || " $SYSTEMS " == *" tandem1 "* || " $SYSTEMS " == *" tandem-devfuse "* ]]; then
+if [[ " $SYSTEMS " == *" tandem"* ]]; then
     log "building TandemFS ($MODE ${REV:-})"
     if build_tandem; then TANDEM_OK=true; log "built $SCRATCH/tandem from $TCOMMIT (dirty=$TDIRTY)"
     else log "TandemFS build FAILED (see logs/tandem.build.log)"; tail -5 "$OUT/logs/tandem.build.log" >&2; fi
@@ -261,8 +268,10 @@ peer_version() {
         juicefs) echo "juicefs $("$b/juicefs" version 2>/dev/null | awk '{print $3}'), meta sqlite3" ;;
         juicefs-redis) echo "juicefs $("$b/juicefs" version 2>/dev/null | awk '{print $3}'), meta redis $(dpkg-query -W -f='${Version}' redis-server 2>/dev/null)" ;;
         seaweedfs) echo "seaweedfs $("$b/weed" version 2>/dev/null | awk '{print $3}')" ;;
-        moosefs) echo "moosefs $(dpkg-query -W -f='${Version}' moosefs-master 2>/dev/null)" ;;
+        seaweedfs-r2) echo "seaweedfs $("$b/weed" version 2>/dev/null | awk '{print $3}'), replication 001 (2 copies)" ;;
+        moosefs) echo "moosefs $(dpkg-query -W -f='${Version}' moosefs-master 2>/dev/null), goal 2" ;;
         glusterfs) echo "glusterfs $(dpkg-query -W -f='${Version}' glusterfs-server 2>/dev/null)" ;;
+        glusterfs-r2) echo "glusterfs $(dpkg-query -W -f='${Version}' glusterfs-server 2>/dev/null), replica 2" ;;
     esac
 }
 
@@ -293,7 +302,7 @@ measure() {
             mnt=$SCRATCH/local; mkdir -p "$mnt"
             ver="$(findmnt -n -o SOURCE,FSTYPE -T "$mnt" | tr -s ' ')"
             CURRENT_DOWN="rm -rf -- '$mnt'" ;;
-        tandem|tandem1|tandem-devfuse)
+        tandem|tandem1|tandem-devfuse|tandem-cached)
             if [ "$TANDEM_OK" != true ]; then
                 record "$sys" failed 0 "$TCOMMIT" "build failed (logs/tandem.build.log)" "$load" ""
                 log "=== $sys: FAILED (build)"; return
@@ -303,6 +312,7 @@ measure() {
             CURRENT_DOWN="'$SCRATCH/tandem' down --data '$SCRATCH/td/data' || '$SCRATCH/tandem' down --force --data '$SCRATCH/td/data'"
             local upflags=()
             [ "$sys" = tandem-devfuse ] && upflags=(--io-uring off)
+            [ "$sys" = tandem-cached ] && upflags=(--cache-direct-io)
             if ! timeout 300 "$SCRATCH/tandem" up --data "$SCRATCH/td/data" --mount "$mnt" "${upflags[@]}" >"$OUT/logs/tandem.up.log" 2>&1 \
                 || ! mountpoint -q "$mnt"; then
                 tail -n 5 "$OUT/logs/tandem.up.log" | sed 's/^/    /' >&2
@@ -318,6 +328,8 @@ measure() {
         *)
             local pdir=$sys penv=()
             [ "$sys" = juicefs-redis ] && { pdir=juicefs; penv=(JFS_META_ENGINE=redis); }
+            [ "$sys" = seaweedfs-r2 ] && { pdir=seaweedfs; penv=(SW_REPLICATION=001); }
+            [ "$sys" = glusterfs-r2 ] && { pdir=glusterfs; penv=(GLUSTER_REPLICA=2); }
             # PURGE=1: delete the peer's data when it goes down. Peers keep
             # deleted files in trash or unreclaimed volumes; run after run
             # that filled the disk (2026-11-22: 67 GB, and the next run's
@@ -356,7 +368,7 @@ stop_current() {
         log "warning: stopping $1 failed (logs/$1.down.log)"
     fi
     CURRENT_DOWN=""
-    if [ "$1" = tandem ] || [ "$1" = tandem1 ] || [ "$1" = tandem-devfuse ]; then
+    if [[ $1 == tandem* ]]; then
         if mountpoint -q "$SCRATCH/td/mnt"; then log "warning: $SCRATCH/td/mnt still mounted"
         else rm -rf -- "$SCRATCH/td"; fi
     fi

@@ -7,7 +7,11 @@ systems, their status, machine, TandemFS commit). Without env.json, every
 *.json except env.json is taken, local and tandem first.
 
 One row per measure and job count, one column per system, then the ratios
-TandemFS/local and TandemFS/best peer (every measure is higher-is-better).
+(every measure is higher-is-better): TandemFS/local, and like against like,
+TandemFS (two copies) against the best peer that keeps two copies and
+TandemFS with one copy against the best peer that keeps one. A TandemFS
+column whose random reads a client cache answers (tandem-cached) is shown,
+labelled, and compared with nothing.
 """
 import json
 import os
@@ -27,10 +31,18 @@ MEASURES = [
     ("md3k_read_ops", "md read/s (3 KiB)"),
     ("md3k_remove_ops", "md remove/s (3 KiB)"),
 ]
-NAMES = {"local": "local disk", "tandem": "TandemFS", "tandem1": "TandemFS 1 copy", "tandem-devfuse": "TandemFS /dev/fuse", "juicefs": "JuiceFS",
-         "juicefs-redis": "JuiceFS (Redis)", "seaweedfs": "SeaweedFS",
-         "moosefs": "MooseFS", "glusterfs": "GlusterFS"}
-NOT_PEERS = ("local", "tandem", "tandem1", "tandem-devfuse")
+NAMES = {"local": "local disk", "tandem": "TandemFS", "tandem1": "TandemFS 1 copy", "tandem-devfuse": "TandemFS /dev/fuse",
+         "tandem-cached": "TandemFS, O_DIRECT client-cached", "juicefs": "JuiceFS",
+         "juicefs-redis": "JuiceFS (Redis)", "seaweedfs": "SeaweedFS", "seaweedfs-r2": "SeaweedFS 2 copies",
+         "moosefs": "MooseFS", "glusterfs": "GlusterFS", "glusterfs-r2": "GlusterFS 2 copies"}
+NOT_PEERS = ("local", "tandem", "tandem1", "tandem-devfuse", "tandem-cached")
+# Copies of each byte a system keeps as bench-compare.sh starts it (MooseFS:
+# goal 2, its default). Writes with n copies on one disk are bounded by
+# the disk's bandwidth / n, so systems are compared with those keeping as
+# many.
+COPIES = {"tandem": 2, "tandem-devfuse": 2, "tandem-cached": 2, "tandem1": 1,
+          "juicefs": 1, "juicefs-redis": 1, "seaweedfs": 1, "glusterfs": 1,
+          "moosefs": 2, "seaweedfs-r2": 2, "glusterfs-r2": 2}
 
 
 def fmt(v):
@@ -83,9 +95,11 @@ class Results:
         v = self.data.get(s, {}).get(key, {})
         return v.get(j) if isinstance(v, dict) else None
 
-    def best_peer(self, key, j):
-        """(value, system) of the best peer for key with j jobs, or None."""
-        pv = [(self.val(p, key, j), p) for p in self.peers if self.val(p, key, j) is not None]
+    def best_peer(self, key, j, copies=None):
+        """(value, system) of the best peer for key with j jobs, among those
+        keeping copies copies if given, or None."""
+        pv = [(self.val(p, key, j), p) for p in self.peers if self.val(p, key, j) is not None
+              and (copies is None or COPIES.get(p) == copies)]
         return max(pv) if pv else None
 
 
@@ -108,24 +122,27 @@ def main():
     has_t = "tandem" in order
     if has_t and "local" in order:
         cols.append("TandemFS/local")
-    if has_t and peers:
-        cols.append("TandemFS/best peer")
     has_t1 = "tandem1" in order
+    if has_t and peers:
+        cols.append("TandemFS/best 2-copy peer")
     if has_t1 and peers:
-        cols.append("TandemFS 1 copy/best peer")
+        cols.append("TandemFS 1 copy/best 1-copy peer")
     out.append("| " + " | ".join(cols) + " |")
     out.append("| --- | ---: |" + " ---: |" * (len(cols) - 2))
+
+    def against(system, key, j):
+        bp = r.best_peer(key, j, COPIES[system])
+        return ratio(val(system, key, j), bp[0]) + " (" + NAMES.get(bp[1], bp[1]) + ")" if bp else "—"
+
     for key, label in MEASURES:
         for j in jobs:
             row = [label, j] + [fmt(val(s, key, j)) for s in order]
-            t = val("tandem", key, j)
             if has_t and "local" in order:
-                row.append(ratio(t, val("local", key, j)))
-            bp = r.best_peer(key, j)
+                row.append(ratio(val("tandem", key, j), val("local", key, j)))
             if has_t and peers:
-                row.append(ratio(t, bp[0]) + " (" + NAMES.get(bp[1], bp[1]) + ")" if bp else "—")
+                row.append(against("tandem", key, j))
             if has_t1 and peers:
-                row.append(ratio(val("tandem1", key, j), bp[0]) if bp else "—")
+                row.append(against("tandem1", key, j))
             out.append("| " + " | ".join(row) + " |")
 
     title = "# Benchmark comparison " + os.path.basename(os.path.normpath(d))
@@ -149,7 +166,10 @@ def main():
     print("\n".join(out))
     print()
     print("MB/s = 10^6 bytes/s (write includes fsync+close); IOPS and metadata rates are operations/s, "
-          "summed over the jobs. Best peer = the highest value among the peers for that row. "
+          "summed over the jobs. Best n-copy peer = the highest value for that row among the peers "
+          "that keep n copies (JuiceFS, SeaweedFS, GlusterFS: 1; MooseFS, SeaweedFS 2 copies, "
+          "GlusterFS 2 copies: 2). Random 4 KiB rows use O_DIRECT: no client cache answers them, "
+          "except in a column named client-cached, which is compared with nothing. "
           "On these shared 2-core machines absolute numbers move by ±30 % between runs: compare ratios.")
     print()
     print("| system | status | version | load before suite (1/5/15 min) | wall s | notes |")

@@ -46,7 +46,7 @@ class ChartTest(unittest.TestCase):
             "tandem": {"seq_write_MBps": {"1": 200.0}},
             "tandem1": {"seq_write_MBps": {"1": 50.0}},
             "glusterfs": {"seq_write_MBps": {"1": 100.0}},
-            "moosefs": {"seq_write_MBps": {"1": 80.0}},
+            "moosefs": {"seq_write_MBps": {"1": 100.0}},
         })
         by_series = {b.get("data-series"): b for b in bars(chart(d))}
         self.assertAlmostEqual(float(by_series["tandem"].get("data-ratio")), 2.0)
@@ -59,6 +59,18 @@ class ChartTest(unittest.TestCase):
         # Twice as far and half as far lie the same distance from 1x.
         self.assertAlmostEqual(float(ahead.get("width")), float(behind.get("width")), places=1)
 
+    def test_each_series_is_compared_with_peers_keeping_as_many_copies(self):
+        d = results_dir(self, {
+            "tandem": {"seq_write_MBps": {"1": 120.0}},
+            "tandem1": {"seq_write_MBps": {"1": 300.0}},
+            "juicefs": {"seq_write_MBps": {"1": 600.0}},      # 1 copy
+            "moosefs": {"seq_write_MBps": {"1": 40.0}},       # 2 copies
+            "glusterfs-r2": {"seq_write_MBps": {"1": 60.0}},  # 2 copies
+        })
+        by_series = {b.get("data-series"): b for b in bars(chart(d))}
+        self.assertAlmostEqual(float(by_series["tandem"].get("data-ratio")), 2.0)   # 120 / 60
+        self.assertAlmostEqual(float(by_series["tandem1"].get("data-ratio")), 0.5)  # 300 / 600
+
     def test_the_goal_tick_is_2x_for_random_io_3x_for_creates_and_1x_elsewhere(self):
         d = results_dir(self, {
             "tandem": {"rand_write_iops": {"1": 10.0}, "md_create_ops": {"1": 10.0}, "md_stat_ops": {"1": 10.0}},
@@ -70,7 +82,7 @@ class ChartTest(unittest.TestCase):
     def test_a_system_without_a_value_gets_no_bar(self):
         d = results_dir(self, {
             "tandem": {"seq_read_MBps": {"1": 300.0}},
-            "seaweedfs": {"seq_read_MBps": {"1": 100.0}},
+            "seaweedfs-r2": {"seq_read_MBps": {"1": 100.0}},
         })
         self.assertEqual([b.get("data-series") for b in bars(chart(d))], ["tandem"])
 

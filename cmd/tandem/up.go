@@ -26,6 +26,7 @@ func defaultDataDir() string {
 func init() {
 	var o cluster.Options
 	var inline string
+	var cacheDirect bool
 	up := &cobra.Command{
 		Use:   "up [--data DIR] [--mount MNT] [--servers N] [--targets-per-server M]",
 		Short: "Start a whole cluster on this machine (metadata service, storage servers, FUSE mount) in the background",
@@ -43,6 +44,9 @@ running and brings back every file.`,
 			}
 			if _, err := fuse.ParseIoUringMode(o.IoUring); err != nil {
 				return err
+			}
+			if cacheDirect {
+				o.MountFlags = append(o.MountFlags, "--cache-direct-io")
 			}
 			o.Progress = os.Stdout
 			if o.Mount != "" && o.IoUring != string(fuse.IoUringOff) {
@@ -74,6 +78,7 @@ running and brings back every file.`,
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
 	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")
 	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
+	f.BoolVar(&cacheDirect, "cache-direct-io", false, "the mount's --cache-direct-io: its block cache answers O_DIRECT reads too")
 	rootCmd.AddCommand(up)
 
 	var dir string
