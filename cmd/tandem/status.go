@@ -225,6 +225,13 @@ the machine far less than running status in a loop.`,
 				return cf.explain(err)
 			}
 			j := statusToJSON(st, reps)
+			if q, err := quotaList(&cf, proto.QuotaListReq{All: true, AnyKind: true, Limited: true}); err == nil {
+				j.Quotas = []quotaJSON{}
+				for i := range q.Records {
+					r := &q.Records[i]
+					j.Quotas = append(j.Quotas, quotaToJSON(r, q.Grace[r.Kind], q.Now))
+				}
+			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
@@ -279,6 +286,9 @@ type statusJSON struct {
 	FileSystems int      `json:"file_systems"`
 	Offline     []uint32 `json:"offline_targets"` // not counted in the capacity
 	Healthy     bool     `json:"healthy"`
+	// Quotas with a limit, and their usage (tandem quota report lists
+	// every one).
+	Quotas []quotaJSON `json:"quotas,omitempty"`
 }
 
 type serverJSON struct {
@@ -565,6 +575,7 @@ func printStatus(j *statusJSON) {
 	w.Flush()
 	printChains(j)
 	printScrubs(j)
+	printQuotas(j)
 	for _, f := range j.Fencing {
 		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)
 	}
@@ -618,4 +629,32 @@ func humanBytes(b uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// printQuotas lists the quotas with a limit: usage against the limits,
+// and whether writes or new files are refused now.
+func printQuotas(j *statusJSON) {
+	if len(j.Quotas) == 0 {
+		return
+	}
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "QUOTA\tBYTES USED\tSOFT\tHARD\tFILES\tSOFT\tHARD\tSTATE")
+	for _, q := range j.Quotas {
+		state := "ok"
+		switch {
+		case q.OverBlocks && q.OverInodes:
+			state = "refusing writes and new files"
+		case q.OverBlocks:
+			state = "refusing writes"
+		case q.OverInodes:
+			state = "refusing new files"
+		case q.BlockGraceLeft != nil || q.InodeGraceLeft != nil:
+			state = "over a soft limit, in its grace period"
+		}
+		fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Kind, q.Name, humanBytes(q.Bytes),
+			limitText(q.BlockSoft, humanBytes), limitText(q.BlockHard, humanBytes), q.Inodes,
+			limitText(q.InodeSoft, count), limitText(q.InodeHard, count), state)
+	}
+	w.Flush()
 }

@@ -52,6 +52,8 @@ type Client struct {
 	leader  atomic.Int32  // index in metas of the replica that answered last
 	session uint64
 
+	quotas quotaGate // what this client knows of the limited quotas (quota.go)
+
 	mapMu   sync.RWMutex
 	cmap    *proto.ClusterMap
 	chains  map[uint32]proto.Chain

@@ -302,6 +302,9 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		return 0, err
 	}
 	end := off + uint64(len(data))
+	if err := h.checkQuota(end); err != nil {
+		return 0, err
+	}
 	st.mu.Lock()
 	if st.inode.Inline {
 		if end <= uint64(h.c.InlineLimit()) {
@@ -378,7 +381,25 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 			return 0, err
 		}
 	}
+	if err := h.reportGrowth(); err != nil {
+		h.c.cfg.Logf("quota: reporting the growth of file %d: %v (reported at its close instead)", st.ino, err)
+	}
 	return len(data), nil
+}
+
+// checkQuota refuses (EDQUOT) a write ending at end that grows the file
+// while its owner, group or project is over a byte limit (quota.go).
+// Writes within the file's size pass: they take no new space.
+func (h *Handle) checkQuota(end uint64) error {
+	st := h.st
+	st.mu.Lock()
+	grows := end > st.size
+	n := st.inode
+	st.mu.Unlock()
+	if !grows {
+		return nil
+	}
+	return h.c.checkGrowth(&n)
 }
 
 // setErr records the failure of a write-behind request. More failures

@@ -6,6 +6,7 @@ package fuse
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,6 +307,10 @@ const (
 	XattrStripe = "user.tandem.stripe" // get/set on a directory: {"chunk_size":..,"count":..}
 	XattrLayout = "user.tandem.layout" // get: the pattern and, for a file, where it lives
 	XattrClient = "user.tandem.client" // get, on any path: this client's caches and counters
+	// XattrProject is the project (project quotas) a file or directory
+	// is charged to, in decimal; root may set it, `tandem quota project`
+	// does for a whole tree.
+	XattrProject = "user.tandem.project"
 )
 
 // ClientStats is the JSON of user.tandem.client: what the client serving
@@ -432,6 +437,11 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, 
 		v, err = fs.layout(h.NodeId)
 	case XattrClient:
 		v, err = fs.clientStats()
+	case XattrProject:
+		var n *proto.Inode
+		if n, err = fs.c.GetAttr(h.NodeId); err == nil {
+			v = []byte(strconv.FormatUint(uint64(n.Project), 10))
+		}
 	default:
 		v, err = fs.c.GetXattr(h.NodeId, attr)
 	}
@@ -460,6 +470,9 @@ func (fs *FS) ListXAttr(cancel <-chan struct{}, h *gofuse.InHeader, dest []byte)
 }
 
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
+	if attr == XattrProject {
+		return fs.setProject(&in.InHeader, data)
+	}
 	if attr == XattrStripe {
 		var s struct {
 			ChunkSize uint32 `json:"chunk_size"`
@@ -489,4 +502,18 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr strin
 
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string) gofuse.Status {
 	return status(fs.c.RemoveXattr(h.NodeId, attr))
+}
+
+// setProject moves an inode into a project, for root only (as XFS's
+// project ids are set by the administrator).
+func (fs *FS) setProject(h *gofuse.InHeader, data []byte) gofuse.Status {
+	if h.Uid != 0 {
+		return gofuse.EPERM
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
+	if err != nil {
+		return gofuse.EINVAL
+	}
+	_, err = fs.c.SetAttr(&proto.SetAttrReq{Ino: h.NodeId, Valid: proto.SetProject, Project: uint32(id)})
+	return status(err)
 }

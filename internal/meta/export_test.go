@@ -1,5 +1,7 @@
 package meta
 
+import "github.com/cockroachdb/pebble/v2"
+
 // Hooks for the package's external tests.
 
 // CrashStoreOnClose makes Close lose what the state machine's store holds
@@ -8,3 +10,10 @@ func (s *Service) CrashStoreOnClose() { s.fsm.crashOnClose = true }
 
 // TakeSnapshot makes Raft snapshot the state machine now.
 func (s *Service) TakeSnapshot() error { return s.node.raft.Snapshot().Error() }
+
+// ForgetQuotaUsage deletes the quota records and the mark that usage was
+// summed: a file system made before quotas has neither.
+func (s *Service) ForgetQuotaUsage() {
+	s.fsm.db.DeleteRange(prefixQuota, prefixEnd(prefixQuota), pebble.Sync)
+	s.fsm.db.Delete(keyQuotaInit, pebble.Sync)
+}

@@ -28,6 +28,7 @@ const (
 	opRejoinServer  // a failed server is back: its chain members start to resync
 	opResyncTargets // a restarted server's members resync from their live partners
 	opExpireLocks   // a client session went silent: its file locks go
+	opQuotaInit     // sum the quota usage of every inode, once (quota.go)
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -192,6 +193,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err == nil {
 		err = d.Finish()
 	}
+	if err == nil {
+		err = t.flushQuota()
+	}
 	f.applied = l.Index
 	if err != nil {
 		f.events.add(l.Index, nil)
@@ -274,6 +278,12 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r initReq
 		r.Decode(d)
 		return decoded(d, func() error { return t.initRoot(&r) })
+	case opQuotaInit:
+		return decoded(d, t.initQuota)
+	case proto.OpQuotaSet:
+		var r proto.QuotaSetReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.setQuota(&r) })
 	case opGCDone:
 		ino := d.U64()
 		return decoded(d, func() error { return t.gcDone(ino) })

@@ -33,6 +33,7 @@ var mutations = map[uint16]func() decoder{
 	proto.OpRegisterServer: func() decoder { return &proto.RegisterServerReq{} },
 	proto.OpResyncDone:     func() decoder { return &proto.ResyncDoneReq{} },
 	proto.OpTargetFailed:   func() decoder { return &proto.TargetFailedReq{} },
+	proto.OpQuotaSet:       func() decoder { return &proto.QuotaSetReq{} },
 }
 
 func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
@@ -91,6 +92,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, &r, func() error { return s.listXattr(&r, out) })
 	case proto.OpStatFs:
 		return read(d, nil, func() error { return s.statFs(out) })
+	case proto.OpQuotaList:
+		var r proto.QuotaListReq
+		return read(d, &r, func() error { return s.quotaList(&r, out) })
 	case proto.OpClusterMap:
 		return read(d, nil, func() error {
 			m, err := s.clusterMap()

@@ -38,7 +38,7 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 	n := &inodeRec{Inode: proto.Inode{Attr: proto.Attr{
 		Ino: ino, Mode: r.Mode, Nlink: 1, Uid: r.Creds.Uid, Gid: r.Creds.Gid, Rdev: r.Rdev,
 		Atime: t.now, Mtime: t.now, Ctime: t.now,
-	}}}
+	}, Project: parent.Project}}
 	// BSD/SysV group semantics: in a set-group-ID directory new entries
 	// take the directory's group, and new directories keep the bit.
 	if parent.Mode&sISGID != 0 {
@@ -70,6 +70,9 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 		n.Inline = t.f.inlineLimit > 0
 	}
 	if err := t.inheritACL(parent, n, r.Umask); err != nil {
+		return err
+	}
+	if err := t.checkInodes(n); err != nil {
 		return err
 	}
 	t.touch(parent)
@@ -112,6 +115,9 @@ func (t *tx) link(r *proto.LinkReq, out *wire.Enc) error {
 	}
 	parent, err := t.dir(r.NewParent)
 	if err != nil {
+		return err
+	}
+	if err := crossesProject(n, parent); err != nil {
 		return err
 	}
 	if _, _, found, err := t.lookup(r.NewParent, r.NewName); err != nil {
@@ -220,6 +226,9 @@ func (t *tx) rename(r *proto.RenameReq, out *wire.Enc) error {
 	if err != nil {
 		return err
 	}
+	if err := crossesProject(src, np); err != nil {
+		return err
+	}
 	if r.Flags&proto.RenameExchange != 0 {
 		if !dstFound {
 			return rpc.Errorf(syscall.ENOENT, "%q not found", r.NewName)
@@ -295,6 +304,9 @@ func (t *tx) exchange(r *proto.RenameReq, op, np, src *inodeRec, dstIno uint64, 
 	if err != nil {
 		return err
 	}
+	if err := crossesProject(dst, op); err != nil {
+		return err
+	}
 	if r.NewParent != r.OldParent {
 		for _, c := range []struct {
 			d      *inodeRec
@@ -363,6 +375,9 @@ func (t *tx) setAttr(r *proto.SetAttrReq, out *wire.Enc) error {
 	}
 	if v&proto.SetGid != 0 {
 		n.Gid = r.Gid
+	}
+	if v&proto.SetProject != 0 {
+		n.Project = r.Project
 	}
 	if v&proto.SetAtime != 0 {
 		n.Atime = r.Atime
@@ -449,6 +464,7 @@ func (t *tx) writeInline(r *proto.WriteInlineReq, out *wire.Enc) error {
 	if !n.Inline {
 		return rpc.Errorf(proto.ErrNotInline, "file %d is no longer inline", r.Ino)
 	}
+	before := n.UsedBytes()
 	if r.Truncate {
 		if uint64(len(r.Data)) > uint64(t.f.inlineLimit) {
 			return rpc.Errorf(syscall.EFBIG, "inline file %d would grow to %d bytes, limit %d", r.Ino, len(r.Data), t.f.inlineLimit)
@@ -457,6 +473,11 @@ func (t *tx) writeInline(r *proto.WriteInlineReq, out *wire.Enc) error {
 		n.Size = uint64(len(n.InlineData))
 	} else if err := t.applyInline(n, r.Off, r.Data); err != nil {
 		return err
+	}
+	if after := n.UsedBytes(); after > before {
+		if err := t.checkBytes(n, after-before); err != nil {
+			return err
+		}
 	}
 	t.touch(n)
 	t.putInode(n)
@@ -517,8 +538,14 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 	if !n.isReg() {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
+	before := n.UsedBytes()
 	for _, w := range r.Inline {
 		if err := t.applyInline(n, w.Off, w.Data); err != nil {
+			return err
+		}
+	}
+	if after := n.UsedBytes(); len(r.Inline) > 0 && after > before {
+		if err := t.checkBytes(n, after-before); err != nil {
 			return err
 		}
 	}
@@ -647,6 +674,7 @@ func (t *tx) initRoot(r *initReq) error {
 	t.putInode(root)
 	t.b.Set(keyNextIno, u64Bytes(proto.RootIno+1), nil)
 	t.b.Set(keyInlineLimit, u64Bytes(uint64(r.InlineLimit)), nil)
+	t.b.Set(keyQuotaInit, []byte{1}, nil) // the root, charged above, is all there is
 	limit := r.InlineLimit
 	t.onCommit(func() { t.f.inlineLimit = limit })
 	return nil

@@ -10,7 +10,8 @@ import (
 const (
 	recordVersion1 = 1 // inode without Version
 	recordVersion2 = 2 // inode without Written
-	recordVersion  = 3
+	recordVersion3 = 3 // inode without Project
+	recordVersion  = 4
 )
 
 // inodeRec is an inode as stored: what clients see plus the parent of a
@@ -27,6 +28,7 @@ func (r *inodeRec) marshal() []byte {
 	r.Inode.EncodeBody(e)
 	e.U64(r.Parent)
 	e.U64(r.Written)
+	e.U32(r.Project)
 	return e.B
 }
 
@@ -35,7 +37,7 @@ func unmarshalInode(b []byte) (*inodeRec, error) {
 	r := &inodeRec{}
 	v := d.U8()
 	switch v {
-	case recordVersion, recordVersion2:
+	case recordVersion, recordVersion3, recordVersion2:
 		r.Version = d.U64()
 	case recordVersion1: // written before inodes had versions
 	default:
@@ -43,10 +45,13 @@ func unmarshalInode(b []byte) (*inodeRec, error) {
 	}
 	r.Inode.DecodeBody(d)
 	r.Parent = d.U64()
-	if v == recordVersion {
+	if v >= recordVersion3 {
 		r.Written = d.U64()
 	} else {
 		r.Written = r.Size // older records: count the file as written whole
+	}
+	if v >= recordVersion {
+		r.Project = d.U32()
 	}
 	return r, d.Finish()
 }

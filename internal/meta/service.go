@@ -225,7 +225,15 @@ func (s *Service) takeOver() error {
 		if _, err := s.propose(opInitRoot, init.Encode); err != nil {
 			return fmt.Errorf("creating the root directory: %w", err)
 		}
-	} else if s.fsm.inlineLimit != s.cfg.InlineLimit {
+	} else if _, ok, err := get(s.fsm.db, keyQuotaInit); err != nil {
+		return err
+	} else if !ok {
+		// A file system made before quotas were kept: sum its usage.
+		if _, err := s.propose(opQuotaInit, func(*wire.Enc) {}); err != nil {
+			return fmt.Errorf("summing quota usage: %w", err)
+		}
+	}
+	if _, ok, _ := get(s.fsm.db, inoKey(proto.RootIno)); ok && s.fsm.inlineLimit != s.cfg.InlineLimit {
 		s.cfg.Logf("meta: this file system keeps files up to %d bytes inline, as it was created; the inline limit of %d given now applies to new file systems only",
 			s.fsm.inlineLimit, s.cfg.InlineLimit)
 	}

@@ -96,10 +96,27 @@ type tx struct {
 	// leader ends before it answers (filelease.go).
 	files   []uint64
 	created uint64 // the inode the command made, if any
+	// seen is what each inode the command loaded or wrote is charged
+	// to quotas, and qdeltas the changes to the usage sums (quota.go).
+	seen    map[uint64]charged
+	qdeltas map[qID]qDelta
 }
 
-func (t *tx) inode(ino uint64) (*inodeRec, error) { return loadInode(t.b, ino) }
-func (t *tx) dir(ino uint64) (*inodeRec, error)   { return loadDir(t.b, ino) }
+func (t *tx) inode(ino uint64) (*inodeRec, error) {
+	r, err := loadInode(t.b, ino)
+	if err == nil {
+		t.noteLoaded(r)
+	}
+	return r, err
+}
+
+func (t *tx) dir(ino uint64) (*inodeRec, error) {
+	r, err := loadDir(t.b, ino)
+	if err == nil {
+		t.noteLoaded(r)
+	}
+	return r, err
+}
 
 func (t *tx) lookup(parent uint64, name string) (uint64, uint32, bool, error) {
 	return lookupEntry(t.b, parent, name)
@@ -111,6 +128,7 @@ func (t *tx) putInode(r *inodeRec) {
 	t.b.Set(inoKey(r.Ino), r.marshal(), nil)
 	t.changed(r.Ino, 0, "")
 	t.fileChanged(r)
+	t.recharge(r.Ino, chargeOf(r))
 }
 
 // fileChanged notes a change to r for the file leases.
@@ -154,6 +172,7 @@ func (t *tx) touch(r *inodeRec) { r.Mtime, r.Ctime = t.now, t.now }
 // record so the chunks get deleted in the background.
 func (t *tx) dropInode(r *inodeRec) {
 	t.b.Delete(inoKey(r.Ino), nil)
+	t.recharge(r.Ino, charged{})
 	t.changed(r.Ino, 0, "")
 	t.fileChanged(r)
 	// Point deletes, not a range tombstone: most inodes have no xattrs,

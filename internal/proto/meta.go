@@ -40,6 +40,8 @@ const (
 	OpGetLock   // which lock, if any, is in the way of one (F_GETLK)
 	OpDirLease  // a lease on a directory's names (lease.go)
 	OpFileLease // a file's attributes with a lease on them (lease.go)
+	OpQuotaSet  // set a user's, group's or project's limits (quota.go)
+	OpQuotaList // every quota's usage and limits, and the grace periods (quota.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
@@ -89,6 +91,9 @@ const (
 	SetAtimeNow
 	SetMtimeNow
 	SetCtime
+	// SetProject moves the inode into project Project (project quotas,
+	// quota.go); a directory's project is inherited by what is made in it.
+	SetProject
 )
 
 // SetAttrReq changes the attributes selected by Valid. A size change here
@@ -107,6 +112,7 @@ type SetAttrReq struct {
 	// Session is the caller's: a change to a file ends the file leases
 	// of other sessions only (lease.go).
 	Session uint64
+	Project uint32 // with SetProject
 }
 
 func (r *SetAttrReq) Encode(e *wire.Enc) {
@@ -121,6 +127,7 @@ func (r *SetAttrReq) Encode(e *wire.Enc) {
 	e.I64(r.Ctime)
 	e.I64(r.Now)
 	e.U64(r.Session)
+	e.U32(r.Project)
 }
 
 func (r *SetAttrReq) Decode(d *wire.Dec) {
@@ -135,6 +142,9 @@ func (r *SetAttrReq) Decode(d *wire.Dec) {
 	r.Ctime = d.I64()
 	r.Now = d.I64()
 	r.Session = optionalSession(d)
+	if len(d.Rest()) >= 4 { // older requests and log entries have none
+		r.Project = d.U32()
+	}
 }
 
 // CreateReq makes a file, directory, symlink, device or fifo (by Mode's

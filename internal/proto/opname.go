@@ -34,6 +34,8 @@ var opNames = map[uint16]string{
 	OpGetLock:          "get_lock",
 	OpDirLease:         "dir_lease",
 	OpFileLease:        "file_lease",
+	OpQuotaSet:         "quota_set",
+	OpQuotaList:        "quota_list",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

@@ -104,6 +104,22 @@ type Inode struct {
 	// size, and a truncate below it lowers it. Holes never count, so a
 	// sparse file shows the blocks it uses (Blocks).
 	Written uint64
+	// Project is the project (a directory tree, as XFS project quotas)
+	// the inode is charged to; 0 is none. New entries take their
+	// directory's.
+	Project uint32
+}
+
+// UsedBytes is what the inode is charged for in quotas: a regular file's
+// bytes as Blocks counts them, unrounded; nothing for other types.
+func (n *Inode) UsedBytes() uint64 {
+	if n.Mode&0o170000 != 0o100000 {
+		return 0
+	}
+	if !n.Inline && n.Written < n.Size {
+		return n.Written
+	}
+	return n.Size
 }
 
 // Blocks is the file's disk usage in 512-byte blocks, as stat reports
@@ -121,12 +137,14 @@ func (n *Inode) Encode(e *wire.Enc) {
 	n.EncodeBody(e)
 	e.U64(n.Version)
 	e.U64(n.Written)
+	e.U32(n.Project)
 }
 
 func (n *Inode) Decode(d *wire.Dec) {
 	n.DecodeBody(d)
 	n.Version = d.U64()
 	n.Written = d.U64()
+	n.Project = d.U32()
 }
 
 // EncodeBody encodes every field but Version and Written (which the

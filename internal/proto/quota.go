@@ -1,0 +1,225 @@
+package proto
+
+import (
+	"fmt"
+
+	"tandemfs/internal/wire"
+)
+
+// Quotas, as XFS, Lustre and BeeGFS give them: for a user, a group or a
+// project (a directory tree), a limit on the bytes of its files (blocks)
+// and one on their number (inodes), each soft (exceeded for a grace
+// period at most) and hard. Id 0 (root, its group, no project) is never
+// limited, as on XFS.
+
+// QuotaKind says whose quota a record is.
+type QuotaKind uint8
+
+const (
+	QuotaUser QuotaKind = iota
+	QuotaGroup
+	QuotaProject
+	quotaKinds
+)
+
+// QuotaKinds are the kinds, in the order reports list them.
+var QuotaKinds = []QuotaKind{QuotaUser, QuotaGroup, QuotaProject}
+
+func (k QuotaKind) String() string {
+	switch k {
+	case QuotaUser:
+		return "user"
+	case QuotaGroup:
+		return "group"
+	case QuotaProject:
+		return "project"
+	}
+	return fmt.Sprintf("kind %d", uint8(k))
+}
+
+// QuotaLimits are one quota's limits; 0 is no limit.
+type QuotaLimits struct {
+	BlockSoft, BlockHard uint64 // bytes
+	InodeSoft, InodeHard uint64 // files, directories, links, ...
+}
+
+// QuotaRecord is one user's, group's or project's usage and limits.
+// The grace ends are set when usage first goes over a soft limit and
+// cleared when it comes back under it (unix nanoseconds, 0: none).
+type QuotaRecord struct {
+	Kind   QuotaKind
+	ID     uint32
+	Bytes  uint64
+	Inodes uint64
+	QuotaLimits
+	BlockGraceEnd, InodeGraceEnd int64
+}
+
+func (r *QuotaRecord) Encode(e *wire.Enc) {
+	e.U8(uint8(r.Kind))
+	e.U32(r.ID)
+	e.U64(r.Bytes)
+	e.U64(r.Inodes)
+	e.U64(r.BlockSoft)
+	e.U64(r.BlockHard)
+	e.U64(r.InodeSoft)
+	e.U64(r.InodeHard)
+	e.I64(r.BlockGraceEnd)
+	e.I64(r.InodeGraceEnd)
+}
+
+func (r *QuotaRecord) Decode(d *wire.Dec) {
+	r.Kind = QuotaKind(d.U8())
+	r.ID = d.U32()
+	r.Bytes, r.Inodes = d.U64(), d.U64()
+	r.BlockSoft, r.BlockHard = d.U64(), d.U64()
+	r.InodeSoft, r.InodeHard = d.U64(), d.U64()
+	r.BlockGraceEnd, r.InodeGraceEnd = d.I64(), d.I64()
+	if r.Kind >= quotaKinds {
+		d.Fail(fmt.Errorf("quota kind %d unknown", r.Kind))
+	}
+}
+
+// quotaRecordSize is the encoded size of a QuotaRecord.
+const quotaRecordSize = 1 + 4 + 8*8
+
+// OverBlocks reports whether no more bytes may be written to files charged
+// to r at time now: at or over the hard limit, or over the soft limit past
+// the grace period.
+func (r *QuotaRecord) OverBlocks(now int64) bool {
+	if r.ID == 0 {
+		return false
+	}
+	return (r.BlockHard > 0 && r.Bytes >= r.BlockHard) ||
+		(r.BlockSoft > 0 && r.Bytes > r.BlockSoft && r.BlockGraceEnd != 0 && now >= r.BlockGraceEnd)
+}
+
+// RefusesInodes reports whether n more inodes charged to r would exceed
+// its limits at time now.
+func (r *QuotaRecord) RefusesInodes(n uint64, now int64) bool {
+	if r.ID == 0 || n == 0 {
+		return false
+	}
+	after := r.Inodes + n
+	return (r.InodeHard > 0 && after > r.InodeHard) ||
+		(r.InodeSoft > 0 && after > r.InodeSoft && r.InodeGraceEnd != 0 && now >= r.InodeGraceEnd)
+}
+
+// RefusesBytes reports whether n more bytes charged to r would exceed its
+// limits at time now.
+func (r *QuotaRecord) RefusesBytes(n uint64, now int64) bool {
+	if r.ID == 0 || n == 0 {
+		return false
+	}
+	after := r.Bytes + n
+	return (r.BlockHard > 0 && after > r.BlockHard) ||
+		(r.BlockSoft > 0 && after > r.BlockSoft && r.BlockGraceEnd != 0 && now >= r.BlockGraceEnd)
+}
+
+// QuotaGrace is how long usage may stay over a soft limit, per kind
+// (nanoseconds).
+type QuotaGrace struct {
+	Block, Inode int64
+}
+
+// DefaultQuotaGrace is the grace period a kind has until one is set: 7
+// days, as XFS's and ext4's.
+const DefaultQuotaGrace = int64(7 * 24 * 3600 * 1e9)
+
+// QuotaSetReq sets the limits of one quota (those Set names) and, if
+// nonzero, the grace periods of its kind.
+type QuotaSetReq struct {
+	Kind QuotaKind
+	ID   uint32
+	Set  uint8 // QuotaSet* bits: which limits to change
+	QuotaLimits
+	Grace QuotaGrace // 0: unchanged
+}
+
+// QuotaSetReq.Set bits.
+const (
+	QuotaSetBlockSoft uint8 = 1 << iota
+	QuotaSetBlockHard
+	QuotaSetInodeSoft
+	QuotaSetInodeHard
+)
+
+func (r *QuotaSetReq) Encode(e *wire.Enc) {
+	e.U8(uint8(r.Kind))
+	e.U32(r.ID)
+	e.U8(r.Set)
+	e.U64(r.BlockSoft)
+	e.U64(r.BlockHard)
+	e.U64(r.InodeSoft)
+	e.U64(r.InodeHard)
+	e.I64(r.Grace.Block)
+	e.I64(r.Grace.Inode)
+}
+
+func (r *QuotaSetReq) Decode(d *wire.Dec) {
+	r.Kind = QuotaKind(d.U8())
+	r.ID = d.U32()
+	r.Set = d.U8()
+	r.BlockSoft, r.BlockHard = d.U64(), d.U64()
+	r.InodeSoft, r.InodeHard = d.U64(), d.U64()
+	r.Grace.Block, r.Grace.Inode = d.I64(), d.I64()
+	if r.Kind >= quotaKinds {
+		d.Fail(fmt.Errorf("quota kind %d unknown", r.Kind))
+	}
+}
+
+// QuotaListReq asks for the quotas of one kind and id (All false), or
+// of every id (All true), optionally only those with a limit or over one
+// (Limited).
+type QuotaListReq struct {
+	Kind    QuotaKind
+	ID      uint32
+	All     bool
+	AnyKind bool // every kind (with All)
+	Limited bool
+}
+
+func (r *QuotaListReq) Encode(e *wire.Enc) {
+	e.U8(uint8(r.Kind))
+	e.U32(r.ID)
+	e.Bool(r.All)
+	e.Bool(r.AnyKind)
+	e.Bool(r.Limited)
+}
+
+func (r *QuotaListReq) Decode(d *wire.Dec) {
+	r.Kind = QuotaKind(d.U8())
+	r.ID = d.U32()
+	r.All, r.AnyKind, r.Limited = d.Bool(), d.Bool(), d.Bool()
+}
+
+// QuotaListReply is the records asked for, the grace periods of each
+// kind, and the leader's clock when it answered (for grace periods).
+type QuotaListReply struct {
+	Records []QuotaRecord
+	Grace   [3]QuotaGrace
+	Now     int64
+}
+
+func (r *QuotaListReply) Encode(e *wire.Enc) {
+	e.U32(uint32(len(r.Records)))
+	for i := range r.Records {
+		r.Records[i].Encode(e)
+	}
+	for _, g := range r.Grace {
+		e.I64(g.Block)
+		e.I64(g.Inode)
+	}
+	e.I64(r.Now)
+}
+
+func (r *QuotaListReply) Decode(d *wire.Dec) {
+	r.Records = make([]QuotaRecord, d.Count(1<<24, quotaRecordSize))
+	for i := range r.Records {
+		r.Records[i].Decode(d)
+	}
+	for i := range r.Grace {
+		r.Grace[i].Block, r.Grace[i].Inode = d.I64(), d.I64()
+	}
+	r.Now = d.I64()
+}
