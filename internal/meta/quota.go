@@ -112,11 +112,13 @@ func (t *tx) flushQuota() error {
 		}
 		r.Bytes = addClamped(r.Bytes, d.bytes)
 		r.Inodes = addClamped(r.Inodes, d.inodes)
-		grace, err := loadGrace(t.b, q.kind)
-		if err != nil {
-			return err
+		if r.BlockSoft > 0 || r.InodeSoft > 0 {
+			grace, err := loadGrace(t.b, q.kind)
+			if err != nil {
+				return err
+			}
+			updateGrace(r, grace, t.now)
 		}
-		updateGrace(r, grace, t.now)
 		t.putQuota(r)
 	}
 	t.qdeltas = nil
@@ -147,9 +149,21 @@ func updateGrace(r *proto.QuotaRecord, g proto.QuotaGrace, now int64) {
 	}
 }
 
-// quota loads one quota record (usage zero and no limits if none yet).
+// quota loads one quota record (usage zero and no limits if none yet),
+// once per command: a create checks the records it then updates.
 func (t *tx) quota(kind proto.QuotaKind, id uint32) (*proto.QuotaRecord, error) {
-	return loadQuota(t.b, kind, id)
+	if r, ok := t.quotas[qID{kind, id}]; ok {
+		return r, nil
+	}
+	r, err := loadQuota(t.b, kind, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.quotas == nil {
+		t.quotas = map[qID]*proto.QuotaRecord{}
+	}
+	t.quotas[qID{kind, id}] = r
+	return r, nil
 }
 
 func loadQuota(r reader, kind proto.QuotaKind, id uint32) (*proto.QuotaRecord, error) {

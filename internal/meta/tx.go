@@ -100,6 +100,7 @@ type tx struct {
 	// to quotas, and qdeltas the changes to the usage sums (quota.go).
 	seen    map[uint64]charged
 	qdeltas map[qID]qDelta
+	quotas  map[qID]*proto.QuotaRecord // loaded this command
 }
 
 func (t *tx) inode(ino uint64) (*inodeRec, error) {
