@@ -288,21 +288,30 @@ func TestODirectGoesToTheStorageServersByDefault(t *testing.T) {
 		}
 	}
 	defer wake()
-	read := make(chan []byte, 1)
+	type answer struct {
+		b   []byte
+		err error
+		at  time.Duration
+	}
+	read := make(chan answer, 1)
+	start := time.Now()
 	go func() {
 		b := alignedBlock(blk)
-		f.ReadAt(b, 3*blk)
-		read <- b
+		_, err := f.ReadAt(b, 3*blk)
+		read <- answer{b, err, time.Since(start)}
 	}()
 	select {
-	case <-read:
-		t.Fatal("an O_DIRECT read was answered while every storage server was stopped")
+	case a := <-read:
+		t.Fatalf("an O_DIRECT read was answered after %v while every storage server was stopped: %q..., %v", a.at, a.b[:8], a.err)
 	case <-time.After(time.Second):
 	}
 	wake()
 	select {
-	case b := <-read:
-		wantBlock(t, "the read once the servers woke", b, 'W')
+	case a := <-read:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		wantBlock(t, "the read once the servers woke", a.b, 'W')
 	case <-time.After(30 * time.Second):
 		t.Fatal("the O_DIRECT read did not finish after the servers woke")
 	}

@@ -7,6 +7,8 @@
 package testcluster
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,6 +196,43 @@ func (c *Cluster) Signal(name string, sig syscall.Signal) {
 	if err := cluster.SignalProcess(c.Opts.Dir, name, sig); err != nil {
 		c.t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		c.waitStopped(name)
+	}
+}
+
+// waitStopped waits until every thread of process name is stopped: a
+// signal reaches a thread running on another CPU only when it next enters
+// the kernel, and a test that goes on before may still be answered.
+func (c *Cluster) waitStopped(name string) {
+	c.t.Helper()
+	pid := cluster.Pid(c.Opts.Dir, name)
+	deadline := time.Now().Add(5 * time.Second)
+	for !allThreadsStopped(pid) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s (pid %d) did not stop within 5 s of SIGSTOP", name, pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allThreadsStopped reports whether every thread of pid is in state T.
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // ended
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // FaultFile is the fault file of storage server name (WithFaultFiles):
