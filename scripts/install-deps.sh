@@ -20,6 +20,8 @@ wanted=(
     flock:util-linux taskset:util-linux setpriv:util-linux umount:mount
 )
 need=()
+# Go fetches modules over HTTPS: a minimal image has no CA certificates.
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 for w in "${wanted[@]}"; do
     cmd=${w%%:*} pkg=${w#*:}
     if ! command -v "$cmd" >/dev/null && [[ " ${need[*]-} " != *" $pkg "* ]]; then
@@ -50,7 +52,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || echo "install-deps: warning: /dev/fuse is missing; FUSE mounts and their tests will not work" >&2
 # The Go modules, fetched once: each module fetched is named as it comes.
-go mod download -x 2>&1 | awk '/^# get .*\.zip: 200/ { m = $3; sub(/^https?:\/\/[^\/]*\//, "", m); sub(/\.zip:$/, "", m); sub(/\/@v\//, " ", m)
+if ! go mod download -x 2>&1 | awk '/^# get .*\.zip: 200/ { m = $3; sub(/^https?:\/\/[^\/]*\//, "", m); sub(/\.zip:$/, "", m); sub(/\/@v\//, " ", m)
         print "install-deps: fetched Go module " m; fflush() }
-    /^go: / { print; fflush() }'
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "install-deps: go mod download failed" >&2; exit 1; }
+    /^go: / { print; fflush() }'; then
+    echo "install-deps: go mod download failed (above: why)" >&2
+    exit 1
+fi
