@@ -132,9 +132,9 @@ func callLeader(cf *connectFlags, op uint16, enc func(*wire.Enc), dec func(*wire
 }
 
 func quotaList(cf *connectFlags, r proto.QuotaListReq) (*proto.QuotaListReply, error) {
-	var reply proto.QuotaListReply
-	err := callLeader(cf, proto.OpQuotaList, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
-	return &reply, err
+	return proto.ListQuotas(r, func(r *proto.QuotaListReq, reply *proto.QuotaListReply) error {
+		return callLeader(cf, proto.OpQuotaList, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	})
 }
 
 func init() {

@@ -146,11 +146,12 @@ func (c *Client) refreshQuotas() {
 	g.skew = reply.Now - time.Now().UnixNano()
 }
 
-// QuotaList asks the metadata leader for quotas' usage and limits.
+// QuotaList asks the metadata leader for quotas' usage and limits, every
+// page of a listing.
 func (c *Client) QuotaList(r proto.QuotaListReq) (*proto.QuotaListReply, error) {
-	var reply proto.QuotaListReply
-	err := c.metaCall(proto.OpQuotaList, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
-	return &reply, err
+	return proto.ListQuotas(r, func(r *proto.QuotaListReq, reply *proto.QuotaListReply) error {
+		return c.metaCall(proto.OpQuotaList, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	})
 }
 
 // QuotaSet sets a quota's limits and its kind's grace periods.

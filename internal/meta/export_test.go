@@ -17,3 +17,10 @@ func (s *Service) ForgetQuotaUsage() {
 	s.fsm.db.DeleteRange(prefixQuota, prefixEnd(prefixQuota), pebble.Sync)
 	s.fsm.db.Delete(keyQuotaInit, pebble.Sync)
 }
+
+// SetQuotaPage makes OpQuotaList answer in pages of n records.
+func SetQuotaPage(n int) func() {
+	old := quotaPage
+	quotaPage = n
+	return func() { quotaPage = old }
+}

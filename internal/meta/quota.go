@@ -333,6 +333,9 @@ func (t *tx) initQuota() error {
 	return nil
 }
 
+// quotaPage is the most records one OpQuotaList reply carries.
+var quotaPage = proto.QuotaPage
+
 // quotaList answers OpQuotaList from the leader's store.
 func (s *Service) quotaList(r *proto.QuotaListReq, out *wire.Enc) error {
 	var reply proto.QuotaListReply
@@ -357,11 +360,22 @@ func (s *Service) quotaList(r *proto.QuotaListReq, out *wire.Enc) error {
 	if !r.AnyKind {
 		lo = []byte{'q', byte(r.Kind)}
 	}
-	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	hi := prefixEnd(lo)
+	if len(r.After) > 0 {
+		// Past the key of the last record listed: qKey's layout.
+		if after := append([]byte{'q'}, r.After...); string(after) >= string(lo) {
+			lo = append(after, 0)
+		}
+	}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
+		if len(reply.Records) == quotaPage {
+			reply.More = true
+			break
+		}
 		var q proto.QuotaRecord
 		d := wire.NewDec(it.Value())
 		q.Decode(d)

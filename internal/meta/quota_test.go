@@ -1,11 +1,13 @@
 package meta_test
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
 	"tandemfs/internal/client"
+	"tandemfs/internal/meta"
 	"tandemfs/internal/proto"
 )
 
@@ -188,4 +190,26 @@ func TestUsageSurvivesACrashAndIsSummedForAnOldFileSystem(t *testing.T) {
 	c = newClient(t, svc)
 	wantUsage(t, c, proto.QuotaUser, 1000, 2, 0)
 	wantUsage(t, c, proto.QuotaUser, 0, 1, 0) // the root directory
+}
+
+func TestALongListingComesInPages(t *testing.T) {
+	defer meta.SetQuotaPage(2)()
+	_, c := setup(t)
+	for uid := uint32(1); uid <= 5; uid++ {
+		if _, err := c.Create(&proto.CreateReq{Parent: proto.RootIno, Name: fmt.Sprint("f", uid), Mode: syscall.S_IFREG | 0o644,
+			Creds: proto.Creds{Uid: uid, Gid: 100}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := c.QuotaList(proto.QuotaListReq{All: true, Kind: proto.QuotaUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []uint32
+	for _, q := range r.Records {
+		uids = append(uids, q.ID)
+	}
+	if fmt.Sprint(uids) != "[0 1 2 3 4 5]" {
+		t.Fatalf("users listed in pages of 2: %v; want root and 1-5, each once", uids)
+	}
 }

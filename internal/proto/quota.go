@@ -169,15 +169,22 @@ func (r *QuotaSetReq) Decode(d *wire.Dec) {
 }
 
 // QuotaListReq asks for the quotas of one kind and id (All false), or
-// of every id (All true), optionally only those with a limit or over one
-// (Limited).
+// of every id (All true), optionally only those with a limit (Limited).
+// A listing comes in pages of at most QuotaPage records: the next page
+// starts after the last record of the one before (After, a key made by
+// QuotaRecord.Key); the reply says whether there is More.
 type QuotaListReq struct {
 	Kind    QuotaKind
 	ID      uint32
 	All     bool
 	AnyKind bool // every kind (with All)
 	Limited bool
+	After   []byte // with All: list past this key (empty: from the start)
 }
+
+// QuotaPage is the most records one QuotaListReply carries: 65,536
+// records of 69 bytes fit a frame with room to spare.
+const QuotaPage = 1 << 16
 
 func (r *QuotaListReq) Encode(e *wire.Enc) {
 	e.U8(uint8(r.Kind))
@@ -185,20 +192,29 @@ func (r *QuotaListReq) Encode(e *wire.Enc) {
 	e.Bool(r.All)
 	e.Bool(r.AnyKind)
 	e.Bool(r.Limited)
+	e.Bytes(r.After)
 }
 
 func (r *QuotaListReq) Decode(d *wire.Dec) {
 	r.Kind = QuotaKind(d.U8())
 	r.ID = d.U32()
 	r.All, r.AnyKind, r.Limited = d.Bool(), d.Bool(), d.Bool()
+	r.After = append([]byte(nil), d.Bytes(16)...)
+}
+
+// Key is where r sorts in a listing (QuotaListReq.After).
+func (r *QuotaRecord) Key() []byte {
+	return []byte{byte(r.Kind), byte(r.ID >> 24), byte(r.ID >> 16), byte(r.ID >> 8), byte(r.ID)}
 }
 
 // QuotaListReply is the records asked for, the grace periods of each
-// kind, and the leader's clock when it answered (for grace periods).
+// kind, the leader's clock when it answered (for grace periods), and
+// whether the listing goes on past this page.
 type QuotaListReply struct {
 	Records []QuotaRecord
 	Grace   [3]QuotaGrace
 	Now     int64
+	More    bool
 }
 
 func (r *QuotaListReply) Encode(e *wire.Enc) {
@@ -211,10 +227,11 @@ func (r *QuotaListReply) Encode(e *wire.Enc) {
 		e.I64(g.Inode)
 	}
 	e.I64(r.Now)
+	e.Bool(r.More)
 }
 
 func (r *QuotaListReply) Decode(d *wire.Dec) {
-	r.Records = make([]QuotaRecord, d.Count(1<<24, quotaRecordSize))
+	r.Records = make([]QuotaRecord, d.Count(QuotaPage, quotaRecordSize))
 	for i := range r.Records {
 		r.Records[i].Decode(d)
 	}
@@ -222,4 +239,23 @@ func (r *QuotaListReply) Decode(d *wire.Dec) {
 		r.Grace[i].Block, r.Grace[i].Inode = d.I64(), d.I64()
 	}
 	r.Now = d.I64()
+	r.More = d.Bool()
+}
+
+// ListQuotas runs a listing page by page with call, which sends one
+// request and decodes its reply, and returns every record in one reply.
+func ListQuotas(r QuotaListReq, call func(*QuotaListReq, *QuotaListReply) error) (*QuotaListReply, error) {
+	var all QuotaListReply
+	for {
+		var page QuotaListReply
+		if err := call(&r, &page); err != nil {
+			return nil, err
+		}
+		all.Records = append(all.Records, page.Records...)
+		all.Grace, all.Now = page.Grace, page.Now
+		if !page.More || len(page.Records) == 0 {
+			return &all, nil
+		}
+		r.After = page.Records[len(page.Records)-1].Key()
+	}
 }
