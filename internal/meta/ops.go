@@ -379,6 +379,11 @@ func (t *tx) setAttr(r *proto.SetAttrReq, out *wire.Enc) error {
 	if v&proto.SetProject != 0 {
 		n.Project = r.Project
 	}
+	if v&(proto.SetUid|proto.SetGid|proto.SetProject) != 0 {
+		if err := t.checkNewOwners(n); err != nil {
+			return err
+		}
+	}
 	if v&proto.SetAtime != 0 {
 		n.Atime = r.Atime
 	}

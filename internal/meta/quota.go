@@ -243,6 +243,28 @@ func (t *tx) checkBytes(n *inodeRec, grow uint64) error {
 	return nil
 }
 
+// checkNewOwners refuses (EDQUOT) a chown, chgrp or change of project
+// that would take a quota n is now charged to, and was not before, over
+// a limit with n's file and bytes, as XFS does.
+func (t *tx) checkNewOwners(n *inodeRec) error {
+	before := t.seen[n.Ino]
+	for _, q := range chargedIDs(n) {
+		was := (q.kind == proto.QuotaUser && before.uid == q.id) || (q.kind == proto.QuotaGroup && before.gid == q.id) ||
+			(q.kind == proto.QuotaProject && before.project == q.id)
+		if was {
+			continue
+		}
+		r, err := t.quota(q.kind, q.id)
+		if err != nil {
+			return err
+		}
+		if r.RefusesInodes(1, t.now) || r.RefusesBytes(n.UsedBytes(), t.now) {
+			return rpc.Errorf(syscall.EDQUOT, "%s %d has no room for inode %d (%d bytes)", q.kind, q.id, n.Ino, n.UsedBytes())
+		}
+	}
+	return nil
+}
+
 // chargedIDs are the quotas n is charged to.
 func chargedIDs(n *inodeRec) []qID {
 	ids := []qID{{proto.QuotaUser, n.Uid}, {proto.QuotaGroup, n.Gid}}

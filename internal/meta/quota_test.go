@@ -213,3 +213,23 @@ func TestALongListingComesInPages(t *testing.T) {
 		t.Fatalf("users listed in pages of 2: %v; want root and 1-5, each once", uids)
 	}
 }
+
+func TestAChownThatWouldTakeTheNewOwnerOverALimitIsRefused(t *testing.T) {
+	_, c := setup(t)
+	if err := c.QuotaSet(&proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 2000, Set: proto.QuotaSetInodeHard,
+		QuotaLimits: proto.QuotaLimits{InodeHard: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	a := mk(t, c, proto.RootIno, "a", syscall.S_IFREG|0o644)
+	b := mk(t, c, proto.RootIno, "b", syscall.S_IFREG|0o644)
+	if _, err := c.SetAttr(&proto.SetAttrReq{Ino: a.Ino, Valid: proto.SetUid, Uid: 2000}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.SetAttr(&proto.SetAttrReq{Ino: b.Ino, Valid: proto.SetUid, Uid: 2000})
+	wantErrno(t, err, syscall.EDQUOT)
+	wantUsage(t, c, proto.QuotaUser, 2000, 1, 0)
+	// A chmod of a file already charged to a user at the limit is fine.
+	if _, err := c.SetAttr(&proto.SetAttrReq{Ino: a.Ino, Valid: proto.SetUid | proto.SetMode, Uid: 2000, Mode: 0o600}); err != nil {
+		t.Fatal(err)
+	}
+}
