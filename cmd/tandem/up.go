@@ -49,6 +49,9 @@ running and brings back every file.`,
 				o.MountFlags = append(o.MountFlags, "--cache-direct-io")
 			}
 			o.Progress = os.Stdout
+			if err := cluster.CheckMountPoint(o); err != nil {
+				return err
+			}
 			if o.Mount != "" && o.IoUring != string(fuse.IoUringOff) {
 				enableUring(o.Dir)
 			}

@@ -422,6 +422,21 @@ func (o *Options) startMount(l *Layout) error {
 	return nil
 }
 
+// CheckMountPoint says, before anything starts, whether Up would refuse
+// o.Mount because something else is mounted there.
+func CheckMountPoint(o Options) error {
+	if o.Mount == "" {
+		return nil
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return err
+	}
+	o.Dir = dir
+	_, err = o.checkMountPoint(o.Mount)
+	return err
+}
+
 // checkMountPoint refuses a mount point something else is mounted on (a
 // second cluster, or another file system): mounting on top would hide
 // it. mine says this cluster's own mount is already there.
