@@ -8,7 +8,10 @@
 // The rules follow fs/posix_acl.c: an access ACL sets the mode's group
 // bits to its mask (Mode), chmod rewrites the owner, mask and other
 // entries (Chmod), and a new file inherits its directory's default ACL,
-// masked by the mode it was created with (Inherit).
+// masked by the mode it was created with (Inherit). Permits answers a
+// permission check as the kernel's generic_permission does, for servers
+// that check on a client's behalf (the NFS gateway) and for FUSE's
+// ACCESS; a FUSE mount's kernel checks by itself.
 package acl
 
 import (

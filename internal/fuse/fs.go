@@ -15,6 +15,7 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
+	"tandemfs/internal/acl"
 	"tandemfs/internal/client"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -261,26 +262,21 @@ func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *
 	return gofuse.OK
 }
 
-// Access answers access(2) from the mode bits (the kernel normally checks
-// itself, as the file system is mounted with default_permissions).
+// Access answers access(2) as the kernel would, ACLs included
+// (acl.Permits; the kernel normally checks itself, as the file system is
+// mounted with default_permissions, and does not ask).
 func (fs *FS) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status {
 	n, err := fs.c.GetAttr(in.NodeId)
 	if err != nil {
 		return status(err)
 	}
-	if in.Uid == 0 {
-		if in.Mask&1 != 0 && n.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.Mode&0o111 == 0 {
-			return gofuse.EACCES
+	f := &acl.File{Mode: n.Mode, UID: n.Uid, GID: n.Gid}
+	if v, err := fs.c.GetXattr(in.NodeId, acl.XattrAccess); err == nil {
+		if f.AccessACL, err = acl.Parse(v); err != nil {
+			return gofuse.EIO
 		}
-		return gofuse.OK
 	}
-	perm := n.Mode & 7
-	if in.Uid == n.Uid {
-		perm = (n.Mode >> 6) & 7
-	} else if in.Gid == n.Gid {
-		perm = (n.Mode >> 3) & 7
-	}
-	if in.Mask&^perm&7 != 0 {
+	if !acl.Permits(f, &acl.Caller{UID: in.Uid, GIDs: []uint32{in.Gid}}, uint16(in.Mask&7)) {
 		return gofuse.EACCES
 	}
 	return gofuse.OK
