@@ -100,9 +100,9 @@ func (g *quotaGate) overBlocks(n *proto.Inode) bool {
 	return false
 }
 
-// headroom is how many more bytes file n may grow by, by what this client
-// last learnt: the least room left under the byte limits of its quotas
-// (math.MaxUint64 where none has a byte limit).
+// headroom is how many more bytes file n may grow by before it reaches a
+// byte limit of its quotas, by what this client last learnt
+// (math.MaxUint64 where no limit lies ahead).
 func (c *Client) headroom(n *proto.Inode) uint64 {
 	g := &c.quotas
 	g.mu.Lock()
@@ -113,15 +113,13 @@ func (c *Client) headroom(n *proto.Inode) uint64 {
 		if !ok || r.ID == 0 {
 			continue
 		}
+		// Only limits not reached yet: past a soft limit its grace
+		// period runs already, and at a hard one growth is refused, so
+		// reporting each write would gain nothing.
 		for _, limit := range []uint64{r.BlockHard, r.BlockSoft} {
-			if limit == 0 {
-				continue
+			if limit > r.Bytes {
+				room = min(room, limit-r.Bytes)
 			}
-			left := uint64(0)
-			if r.Bytes < limit {
-				left = limit - r.Bytes
-			}
-			room = min(room, left)
 		}
 	}
 	return room
