@@ -126,6 +126,30 @@ func TestPOSIXACLs(t *testing.T) {
 		}
 	})
 
+	t.Run("an ACL set by an owner outside the file's group clears set-group-ID", func(t *testing.T) {
+		f := filepath.Join(dir(t), "sgid")
+		mustWrite(t, f, []byte("x"))
+		os.Chown(f, 65534, 0) // nobody's file, in root's group
+		// syscall.Chmod: os.Chmod takes set-group-ID as os.ModeSetgid.
+		if err := syscall.Chmod(f, 0o2775); err != nil || modeOf(t, f) != 0o2775 {
+			t.Fatalf("chmod 2775: %v, mode %o", err, modeOf(t, f))
+		}
+		if err := asNobody(`setfacl -m u:1000:r "$1"`, f); err != nil {
+			t.Fatalf("nobody cannot set an ACL on its own file: %v", err)
+		}
+		if m := modeOf(t, f); m&0o2000 != 0 {
+			t.Fatalf("mode %o: set-group-ID kept after an ACL change by a user outside the group", m)
+		}
+		// Root is allowed to keep it.
+		if err := syscall.Chmod(f, 0o2775); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "setfacl", "-m", "u:1001:r", f)
+		if m := modeOf(t, f); m&0o2000 == 0 {
+			t.Fatalf("mode %o: root's ACL change cleared set-group-ID", m)
+		}
+	})
+
 	t.Run("a default ACL is inherited by new files and directories, not the umask", func(t *testing.T) {
 		d := dir(t)
 		run(t, "setfacl", "-d", "-m", "u:1000:rwx,g::rx,o::-", d)

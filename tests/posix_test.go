@@ -405,7 +405,8 @@ func TestPOSIX(t *testing.T) {
 		d := dir(t)
 		p := filepath.Join(d, "f")
 		mustWrite(t, p, []byte("x"))
-		if err := os.Chmod(p, 0o4751); err != nil {
+		// syscall.Chmod: os.Chmod takes set-user-ID as os.ModeSetuid.
+		if err := syscall.Chmod(p, 0o4751); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chown(p, 1234, 5678); err != nil {
@@ -454,7 +455,9 @@ func TestPOSIX(t *testing.T) {
 		// A write by another user clears set-user-ID and set-group-ID.
 		suid := filepath.Join(d, "suid")
 		mustWrite(t, suid, []byte("#!/bin/sh\n"))
-		os.Chmod(suid, 0o6777)
+		if err := syscall.Chmod(suid, 0o6777); err != nil || modeOf(t, suid) != 0o6777 {
+			t.Fatalf("chmod 6777: %v", err)
+		}
 		if err := asNobody("echo x >> " + suid); err != nil {
 			t.Fatalf("nobody could not append to a 0777 file: %v", err)
 		}
