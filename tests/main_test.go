@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -64,4 +65,12 @@ func envSeed(t *testing.T, name string) uint64 {
 		return n
 	}
 	return uint64(time.Now().UnixNano())
+}
+
+// asNobody runs a shell script as user and group 65534, with its
+// arguments as $1, $2, ...
+func asNobody(script string, args ...string) error {
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return cmd.Run()
 }

@@ -433,18 +433,13 @@ func TestPOSIX(t *testing.T) {
 		os.Mkdir(private, 0o700)
 		mustWrite(t, filepath.Join(d, "ro"), []byte("secret"))
 		os.Chmod(filepath.Join(d, "ro"), 0o600)
-		asNobody := func(script string) error {
-			cmd := exec.Command("/bin/sh", "-c", script)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-			return cmd.Run()
-		}
-		if asNobody("echo x > "+filepath.Join(private, "f")) == nil {
+		if asNobody(`echo x > "$1"`, filepath.Join(private, "f")) == nil {
 			t.Fatal("nobody created a file in a 0700 root directory")
 		}
-		if asNobody("cat "+filepath.Join(d, "ro")+" >/dev/null") == nil {
+		if asNobody(`cat "$1" >/dev/null`, filepath.Join(d, "ro")) == nil {
 			t.Fatal("nobody read a 0600 root file")
 		}
-		if err := asNobody("echo x > " + filepath.Join(d, "mine")); err != nil {
+		if err := asNobody(`echo x > "$1"`, filepath.Join(d, "mine")); err != nil {
 			t.Fatalf("nobody could not create a file in a 0777 directory: %v", err)
 		}
 		var st syscall.Stat_t
@@ -458,7 +453,7 @@ func TestPOSIX(t *testing.T) {
 		if err := syscall.Chmod(suid, 0o6777); err != nil || modeOf(t, suid) != 0o6777 {
 			t.Fatalf("chmod 6777: %v", err)
 		}
-		if err := asNobody("echo x >> " + suid); err != nil {
+		if err := asNobody(`echo x >> "$1"`, suid); err != nil {
 			t.Fatalf("nobody could not append to a 0777 file: %v", err)
 		}
 		syscall.Stat(suid, &st)
