@@ -116,8 +116,7 @@ func callLeader(cf *connectFlags, op uint16, enc func(*wire.Enc), dec func(*wire
 	var errs []error
 	for _, cl := range cls {
 		err := cl.Call(op, enc, dec)
-		var re *rpc.Error
-		if errors.As(err, &re) && re.Errno == syscall.EAGAIN {
+		if errors.Is(err, syscall.EAGAIN) {
 			continue // a follower
 		}
 		if err == nil || !rpc.IsNetError(err) {

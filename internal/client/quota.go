@@ -38,24 +38,14 @@ const (
 // quotaGate is what this client knows of the cluster's limited quotas.
 type quotaGate struct {
 	mu         sync.Mutex
-	limited    map[quotaID]proto.QuotaRecord
+	limited    map[proto.QuotaID]proto.QuotaRecord
 	skew       int64 // leader's clock minus ours when the list came
 	fetched    time.Time
 	refreshing bool
 }
 
-type quotaID struct {
-	kind proto.QuotaKind
-	id   uint32
-}
-
-func inodeQuotas(n *proto.Inode) []quotaID {
-	ids := []quotaID{{proto.QuotaUser, n.Uid}, {proto.QuotaGroup, n.Gid}}
-	if n.Project != 0 {
-		ids = append(ids, quotaID{proto.QuotaProject, n.Project})
-	}
-	return ids
-}
+// inodeQuotas are the quotas file n is charged to.
+func inodeQuotas(n *proto.Inode) []proto.QuotaID { return proto.QuotasOf(n.Uid, n.Gid, n.Project) }
 
 // checkGrowth returns EDQUOT if a write growing file n must be refused.
 // The first check fetches the list; later ones use what the last fetch
@@ -137,9 +127,9 @@ func (c *Client) refreshQuotas() {
 	if err != nil {
 		return
 	}
-	g.limited = make(map[quotaID]proto.QuotaRecord, len(reply.Records))
+	g.limited = make(map[proto.QuotaID]proto.QuotaRecord, len(reply.Records))
 	for _, r := range reply.Records {
-		g.limited[quotaID{r.Kind, r.ID}] = r
+		g.limited[proto.QuotaID{Kind: r.Kind, ID: r.ID}] = r
 	}
 	g.skew = reply.Now - time.Now().UnixNano()
 }

@@ -13,12 +13,12 @@ import (
 // or at a hard one (growth is refused) there is nothing to reach.
 func TestTheRoomLeftCountsOnlyLimitsAhead(t *testing.T) {
 	c := &Client{}
-	c.quotas.limited = map[quotaID]proto.QuotaRecord{
-		{proto.QuotaUser, 1000}: {Kind: proto.QuotaUser, ID: 1000, Bytes: 100,
+	c.quotas.limited = map[proto.QuotaID]proto.QuotaRecord{
+		{Kind: proto.QuotaUser, ID: 1000}: {Kind: proto.QuotaUser, ID: 1000, Bytes: 100,
 			QuotaLimits: proto.QuotaLimits{BlockSoft: 150, BlockHard: 400}},
-		{proto.QuotaGroup, 50}: {Kind: proto.QuotaGroup, ID: 50, Bytes: 300,
+		{Kind: proto.QuotaGroup, ID: 50}: {Kind: proto.QuotaGroup, ID: 50, Bytes: 300,
 			QuotaLimits: proto.QuotaLimits{BlockSoft: 200, BlockHard: 1000}},
-		{proto.QuotaUser, 2000}: {Kind: proto.QuotaUser, ID: 2000, Bytes: 500,
+		{Kind: proto.QuotaUser, ID: 2000}: {Kind: proto.QuotaUser, ID: 2000, Bytes: 500,
 			QuotaLimits: proto.QuotaLimits{BlockHard: 500}},
 	}
 	file := func(uid, gid uint32) *proto.Inode {

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -52,11 +53,6 @@ func chargeOf(r *inodeRec) charged {
 // qDelta is a change to one quota's usage.
 type qDelta struct{ bytes, inodes int64 }
 
-type qID struct {
-	kind proto.QuotaKind
-	id   uint32
-}
-
 // noteLoaded remembers what r was charged when the command first loaded
 // it.
 func (t *tx) noteLoaded(r *inodeRec) {
@@ -79,16 +75,13 @@ func (t *tx) recharge(ino uint64, now charged) {
 		return
 	}
 	if t.qdeltas == nil {
-		t.qdeltas = map[qID]qDelta{}
+		t.qdeltas = map[proto.QuotaID]qDelta{}
 	}
 	add := func(c charged, sign int64) {
 		if !c.counted {
 			return
 		}
-		for _, q := range []qID{{proto.QuotaUser, c.uid}, {proto.QuotaGroup, c.gid}, {proto.QuotaProject, c.project}} {
-			if q.kind == proto.QuotaProject && q.id == 0 {
-				continue // no project
-			}
+		for _, q := range proto.QuotasOf(c.uid, c.gid, c.project) {
 			d := t.qdeltas[q]
 			d.bytes += sign * int64(c.bytes)
 			d.inodes += sign
@@ -106,14 +99,14 @@ func (t *tx) flushQuota() error {
 		if d == (qDelta{}) {
 			continue
 		}
-		r, err := t.quota(q.kind, q.id)
+		r, err := t.quota(q.Kind, q.ID)
 		if err != nil {
 			return err
 		}
 		r.Bytes = addClamped(r.Bytes, d.bytes)
 		r.Inodes = addClamped(r.Inodes, d.inodes)
 		if r.BlockSoft > 0 || r.InodeSoft > 0 {
-			grace, err := loadGrace(t.b, q.kind)
+			grace, err := loadGrace(t.b, q.Kind)
 			if err != nil {
 				return err
 			}
@@ -152,7 +145,7 @@ func updateGrace(r *proto.QuotaRecord, g proto.QuotaGrace, now int64) {
 // quota loads one quota record (usage zero and no limits if none yet),
 // once per command: a create checks the records it then updates.
 func (t *tx) quota(kind proto.QuotaKind, id uint32) (*proto.QuotaRecord, error) {
-	if r, ok := t.quotas[qID{kind, id}]; ok {
+	if r, ok := t.quotas[proto.QuotaID{Kind: kind, ID: id}]; ok {
 		return r, nil
 	}
 	r, err := loadQuota(t.b, kind, id)
@@ -160,9 +153,9 @@ func (t *tx) quota(kind proto.QuotaKind, id uint32) (*proto.QuotaRecord, error) 
 		return nil, err
 	}
 	if t.quotas == nil {
-		t.quotas = map[qID]*proto.QuotaRecord{}
+		t.quotas = map[proto.QuotaID]*proto.QuotaRecord{}
 	}
-	t.quotas[qID{kind, id}] = r
+	t.quotas[proto.QuotaID{Kind: kind, ID: id}] = r
 	return r, nil
 }
 
@@ -210,37 +203,24 @@ func loadGrace(r reader, kind proto.QuotaKind) (proto.QuotaGrace, error) {
 // checkInodes refuses a create that would take the new inode's owner,
 // group or project over an inode limit (EDQUOT).
 func (t *tx) checkInodes(n *inodeRec) error {
-	for _, q := range chargedIDs(n) {
-		r, err := t.quota(q.kind, q.id)
-		if err != nil {
-			return err
-		}
-		if r.RefusesInodes(1, t.now) {
-			return rpc.Errorf(syscall.EDQUOT, "%s %d is at its limit of files (%d used, soft %d, hard %d)",
-				q.kind, q.id, r.Inodes, r.InodeSoft, r.InodeHard)
-		}
+	r, err := t.refusing(chargedIDs(n), func(r *proto.QuotaRecord) bool { return r.RefusesInodes(1, t.now) })
+	if err != nil || r == nil {
+		return err
 	}
-	return nil
+	return rpc.Errorf(syscall.EDQUOT, "%s %d is at its limit of files (%d used, soft %d, hard %d)",
+		r.Kind, r.ID, r.Inodes, r.InodeSoft, r.InodeHard)
 }
 
 // checkBytes refuses a change that grows the bytes charged for n by grow
 // beyond a block limit (EDQUOT): writes of inline files, which the
 // metadata service itself stores.
 func (t *tx) checkBytes(n *inodeRec, grow uint64) error {
-	if grow == 0 {
-		return nil
+	r, err := t.refusing(chargedIDs(n), func(r *proto.QuotaRecord) bool { return r.RefusesBytes(grow, t.now) })
+	if err != nil || r == nil {
+		return err
 	}
-	for _, q := range chargedIDs(n) {
-		r, err := t.quota(q.kind, q.id)
-		if err != nil {
-			return err
-		}
-		if r.RefusesBytes(grow, t.now) {
-			return rpc.Errorf(syscall.EDQUOT, "%s %d is at its limit of bytes (%d used, soft %d, hard %d)",
-				q.kind, q.id, r.Bytes, r.BlockSoft, r.BlockHard)
-		}
-	}
-	return nil
+	return rpc.Errorf(syscall.EDQUOT, "%s %d is at its limit of bytes (%d used, soft %d, hard %d)",
+		r.Kind, r.ID, r.Bytes, r.BlockSoft, r.BlockHard)
 }
 
 // checkNewOwners refuses (EDQUOT) a chown, chgrp or change of project
@@ -248,31 +228,38 @@ func (t *tx) checkBytes(n *inodeRec, grow uint64) error {
 // a limit with n's file and bytes, as XFS does.
 func (t *tx) checkNewOwners(n *inodeRec) error {
 	before := t.seen[n.Ino]
+	was := proto.QuotasOf(before.uid, before.gid, before.project)
+	var added []proto.QuotaID
 	for _, q := range chargedIDs(n) {
-		was := (q.kind == proto.QuotaUser && before.uid == q.id) || (q.kind == proto.QuotaGroup && before.gid == q.id) ||
-			(q.kind == proto.QuotaProject && before.project == q.id)
-		if was {
-			continue
-		}
-		r, err := t.quota(q.kind, q.id)
-		if err != nil {
-			return err
-		}
-		if r.RefusesInodes(1, t.now) || r.RefusesBytes(n.UsedBytes(), t.now) {
-			return rpc.Errorf(syscall.EDQUOT, "%s %d has no room for inode %d (%d bytes)", q.kind, q.id, n.Ino, n.UsedBytes())
+		if !before.counted || !slices.Contains(was, q) {
+			added = append(added, q)
 		}
 	}
-	return nil
+	r, err := t.refusing(added, func(r *proto.QuotaRecord) bool {
+		return r.RefusesInodes(1, t.now) || r.RefusesBytes(n.UsedBytes(), t.now)
+	})
+	if err != nil || r == nil {
+		return err
+	}
+	return rpc.Errorf(syscall.EDQUOT, "%s %d has no room for inode %d (%d bytes)", r.Kind, r.ID, n.Ino, n.UsedBytes())
+}
+
+// refusing returns the first of quotas ids whose record refuses, or nil.
+func (t *tx) refusing(ids []proto.QuotaID, refuses func(*proto.QuotaRecord) bool) (*proto.QuotaRecord, error) {
+	for _, q := range ids {
+		r, err := t.quota(q.Kind, q.ID)
+		if err != nil {
+			return nil, err
+		}
+		if refuses(r) {
+			return r, nil
+		}
+	}
+	return nil, nil
 }
 
 // chargedIDs are the quotas n is charged to.
-func chargedIDs(n *inodeRec) []qID {
-	ids := []qID{{proto.QuotaUser, n.Uid}, {proto.QuotaGroup, n.Gid}}
-	if n.Project != 0 {
-		ids = append(ids, qID{proto.QuotaProject, n.Project})
-	}
-	return ids
-}
+func chargedIDs(n *inodeRec) []proto.QuotaID { return proto.QuotasOf(n.Uid, n.Gid, n.Project) }
 
 // setQuota changes a quota's limits and, if given, its kind's grace
 // periods.

@@ -99,8 +99,8 @@ type tx struct {
 	// seen is what each inode the command loaded or wrote is charged
 	// to quotas, and qdeltas the changes to the usage sums (quota.go).
 	seen    map[uint64]charged
-	qdeltas map[qID]qDelta
-	quotas  map[qID]*proto.QuotaRecord // loaded this command
+	qdeltas map[proto.QuotaID]qDelta
+	quotas  map[proto.QuotaID]*proto.QuotaRecord // loaded this command
 }
 
 func (t *tx) inode(ino uint64) (*inodeRec, error) {

@@ -97,23 +97,36 @@ func (r *QuotaRecord) OverBlocks(now int64) bool {
 // RefusesInodes reports whether n more inodes charged to r would exceed
 // its limits at time now.
 func (r *QuotaRecord) RefusesInodes(n uint64, now int64) bool {
-	if r.ID == 0 || n == 0 {
-		return false
-	}
-	after := r.Inodes + n
-	return (r.InodeHard > 0 && after > r.InodeHard) ||
-		(r.InodeSoft > 0 && after > r.InodeSoft && r.InodeGraceEnd != 0 && now >= r.InodeGraceEnd)
+	return r.ID != 0 && n != 0 && exceeds(r.Inodes+n, r.InodeSoft, r.InodeHard, r.InodeGraceEnd, now)
 }
 
 // RefusesBytes reports whether n more bytes charged to r would exceed its
 // limits at time now.
 func (r *QuotaRecord) RefusesBytes(n uint64, now int64) bool {
-	if r.ID == 0 || n == 0 {
-		return false
+	return r.ID != 0 && n != 0 && exceeds(r.Bytes+n, r.BlockSoft, r.BlockHard, r.BlockGraceEnd, now)
+}
+
+// exceeds reports whether usage after a change breaks the limits soft and
+// hard (0: none) at time now: above the hard limit, or above the soft one
+// once its grace period, ending at graceEnd, is over.
+func exceeds(after, soft, hard uint64, graceEnd, now int64) bool {
+	return (hard > 0 && after > hard) || (soft > 0 && after > soft && graceEnd != 0 && now >= graceEnd)
+}
+
+// QuotaID names one quota: a user's, a group's or a project's.
+type QuotaID struct {
+	Kind QuotaKind
+	ID   uint32
+}
+
+// QuotasOf are the quotas a file owned by uid and gid, in project (0:
+// none), is charged to.
+func QuotasOf(uid, gid, project uint32) []QuotaID {
+	ids := []QuotaID{{QuotaUser, uid}, {QuotaGroup, gid}}
+	if project != 0 {
+		ids = append(ids, QuotaID{QuotaProject, project})
 	}
-	after := r.Bytes + n
-	return (r.BlockHard > 0 && after > r.BlockHard) ||
-		(r.BlockSoft > 0 && after > r.BlockSoft && r.BlockGraceEnd != 0 && now >= r.BlockGraceEnd)
+	return ids
 }
 
 // QuotaGrace is how long usage may stay over a soft limit, per kind
