@@ -372,20 +372,13 @@ type ChainLayout struct {
 
 // newFileStripes is how many chains, of how many copies, a new file with
 // pattern s gets from the chains in m, by the metadata service's rule
-// (meta.pickChains): the copies asked for (2 by default) or the largest
-// factor below that the cluster has, and no more chains than exist.
+// (meta.pickChains, proto.ReplicasFor): no more chains than exist.
 func newFileStripes(m proto.ClusterMap, s proto.Stripe) (count, replicas uint32) {
 	byReplicas := map[uint32]uint32{}
 	for _, c := range m.Chains {
 		byReplicas[uint32(len(c.Targets))]++
 	}
-	r := s.Replicas
-	if r == 0 {
-		r = 2
-	}
-	for r > 1 && byReplicas[r] == 0 {
-		r--
-	}
+	r := proto.ReplicasFor(s.Replicas, func(r uint32) bool { return byReplicas[r] > 0 })
 	count = byReplicas[r]
 	if s.Count > 0 && s.Count < count {
 		count = s.Count

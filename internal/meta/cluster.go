@@ -220,13 +220,7 @@ func (f *FSM) pickChains(ino uint64, s *proto.Stripe) []uint32 {
 	f.chainsMu.Lock()
 	byReplicas := f.chainsByReplicas
 	f.chainsMu.Unlock()
-	r := int(s.Replicas)
-	if r == 0 {
-		r = 2
-	}
-	for r > 1 && len(byReplicas[r]) == 0 {
-		r--
-	}
+	r := int(proto.ReplicasFor(s.Replicas, func(r uint32) bool { return len(byReplicas[int(r)]) > 0 }))
 	ids := byReplicas[r]
 	n := len(ids)
 	if n == 0 {

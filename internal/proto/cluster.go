@@ -591,3 +591,19 @@ func CapacityOf(targets []Target) ClusterCapacity {
 	}
 	return c
 }
+
+// ReplicasFor is the replication factor a new file gets whose pattern asks
+// for asked copies: asked (2 when 0, the default), or the largest factor
+// below it that chains exist for (has says whether chains of r members
+// exist); 1 when none exists. The metadata service places files by it,
+// and clients tell their users what it gives.
+func ReplicasFor(asked uint32, has func(r uint32) bool) uint32 {
+	r := asked
+	if r == 0 {
+		r = 2
+	}
+	for r > 1 && !has(r) {
+		r--
+	}
+	return r
+}
