@@ -24,6 +24,13 @@ func quotaOf(t *testing.T, c *client.Client, kind proto.QuotaKind, id uint32) pr
 	return r.Records[0]
 }
 
+func setQuota(t *testing.T, c *client.Client, r *proto.QuotaSetReq) {
+	t.Helper()
+	if err := c.QuotaSet(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func wantUsage(t *testing.T, c *client.Client, kind proto.QuotaKind, id uint32, inodes, bytes uint64) {
 	t.Helper()
 	if q := quotaOf(t, c, kind, id); q.Inodes != inodes || q.Bytes != bytes {
@@ -74,10 +81,8 @@ func TestUsageFollowsCreatesWritesChownsAndRemoves(t *testing.T) {
 
 func TestAnInodeLimitRefusesCreatesWithEDQUOT(t *testing.T) {
 	_, c := setup(t)
-	if err := c.QuotaSet(&proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 1000, Set: proto.QuotaSetInodeHard,
-		QuotaLimits: proto.QuotaLimits{InodeHard: 3}}); err != nil {
-		t.Fatal(err)
-	}
+	setQuota(t, c, &proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 1000, Set: proto.QuotaSetInodeHard,
+		QuotaLimits: proto.QuotaLimits{InodeHard: 3}})
 	for _, name := range []string{"a", "b", "c"} {
 		mk(t, c, proto.RootIno, name, syscall.S_IFREG|0o644)
 	}
@@ -98,10 +103,8 @@ func TestAnInodeLimitRefusesCreatesWithEDQUOT(t *testing.T) {
 
 func TestASoftLimitIsHeldOnlyForItsGracePeriod(t *testing.T) {
 	_, c := setup(t)
-	if err := c.QuotaSet(&proto.QuotaSetReq{Kind: proto.QuotaGroup, ID: 100, Set: proto.QuotaSetInodeSoft,
-		QuotaLimits: proto.QuotaLimits{InodeSoft: 1}, Grace: proto.QuotaGrace{Inode: int64(time.Second)}}); err != nil {
-		t.Fatal(err)
-	}
+	setQuota(t, c, &proto.QuotaSetReq{Kind: proto.QuotaGroup, ID: 100, Set: proto.QuotaSetInodeSoft,
+		QuotaLimits: proto.QuotaLimits{InodeSoft: 1}, Grace: proto.QuotaGrace{Inode: int64(time.Second)}})
 	mk(t, c, proto.RootIno, "a", syscall.S_IFREG|0o644)
 	mk(t, c, proto.RootIno, "b", syscall.S_IFREG|0o644) // over the soft limit: the grace period starts
 	q := quotaOf(t, c, proto.QuotaGroup, 100)
@@ -125,10 +128,8 @@ func TestASoftLimitIsHeldOnlyForItsGracePeriod(t *testing.T) {
 
 func TestAByteLimitRefusesInlineWritesPastIt(t *testing.T) {
 	_, c := setup(t)
-	if err := c.QuotaSet(&proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 1000, Set: proto.QuotaSetBlockHard,
-		QuotaLimits: proto.QuotaLimits{BlockHard: 2000}}); err != nil {
-		t.Fatal(err)
-	}
+	setQuota(t, c, &proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 1000, Set: proto.QuotaSetBlockHard,
+		QuotaLimits: proto.QuotaLimits{BlockHard: 2000}})
 	f := mk(t, c, proto.RootIno, "f", syscall.S_IFREG|0o644)
 	h, err := c.Open(f, syscall.O_RDWR|syscall.O_SYNC)
 	if err != nil {
@@ -216,10 +217,8 @@ func TestALongListingComesInPages(t *testing.T) {
 
 func TestAChownThatWouldTakeTheNewOwnerOverALimitIsRefused(t *testing.T) {
 	_, c := setup(t)
-	if err := c.QuotaSet(&proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 2000, Set: proto.QuotaSetInodeHard,
-		QuotaLimits: proto.QuotaLimits{InodeHard: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	setQuota(t, c, &proto.QuotaSetReq{Kind: proto.QuotaUser, ID: 2000, Set: proto.QuotaSetInodeHard,
+		QuotaLimits: proto.QuotaLimits{InodeHard: 1}})
 	a := mk(t, c, proto.RootIno, "a", syscall.S_IFREG|0o644)
 	b := mk(t, c, proto.RootIno, "b", syscall.S_IFREG|0o644)
 	if _, err := c.SetAttr(&proto.SetAttrReq{Ino: a.Ino, Valid: proto.SetUid, Uid: 2000}); err != nil {
