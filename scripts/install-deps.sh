@@ -12,12 +12,14 @@ command -v go >/dev/null || { echo "install-deps: Go is not installed (need Go >
 # command:package. gcc: the race detector needs cgo; fusermount3: mounts
 # by users other than root; getfattr, setfacl: the POSIX tests; ip: the
 # network-namespace tests; flock, taskset, setpriv: lock, CPU and quota
-# tests; python3:
-# the benchmark scripts and their tests; git: the tests' build of tandem.
+# tests; nfs-cp: libnfs, the NFS client of the NFS gateway's tests (this
+# kernel has no NFS client); python3: the benchmark scripts and their
+# tests; git: the tests' build of tandem.
 wanted=(
     gcc:gcc make:make git:git python3:python3
     fusermount3:fuse3 ip:iproute2 getfattr:attr setfacl:acl
     flock:util-linux taskset:util-linux setpriv:util-linux umount:mount
+    nfs-cp:libnfs-utils
 )
 need=()
 # Go fetches modules over HTTPS: a minimal image has no CA certificates.

@@ -564,6 +564,31 @@ func (c *Client) RefreshForLock(ino uint64) (bool, error) {
 	return true, nil
 }
 
+// Refresh gives the open state of file n.Ino the inode n, fresh from the
+// metadata service, when it is newer than the one the state holds: a
+// server that keeps files open between its clients' requests (the NFS
+// gateway) sees then what other clients wrote and closed since, as a new
+// open would. This client's uncommitted writes keep the size they reach.
+func (c *Client) Refresh(n *proto.Inode) {
+	st := c.lookupState(n.Ino)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	newer := n.Version > st.inode.Version
+	switch {
+	case !newer:
+	case st.dirty || st.pendingInline != nil:
+		st.size = max(st.size, n.Size)
+	default:
+		st.inode, st.size, st.mtime = *n, n.Size, n.Mtime
+	}
+	st.mu.Unlock()
+	if newer {
+		st.ra.invalidate()
+	}
+}
+
 // SyncMeta makes every metadata change so far durable on the metadata
 // service's disk (changes are otherwise fsynced in groups).
 func (c *Client) SyncMeta() error { return c.metaCall(proto.OpSync, nil, nil) }

@@ -42,6 +42,19 @@ func (c *Client) Lookup(parent uint64, name string) (*proto.Inode, error) {
 	return &n, nil
 }
 
+// Parent returns the directory that holds directory dir (dir itself for
+// the root), always from the metadata service: a rename moves it, and no
+// cache here follows ".." entries.
+func (c *Client) Parent(dir uint64) (*proto.Inode, error) {
+	r := proto.LookupReq{Parent: dir, Name: ".."}
+	var n proto.Inode
+	if err := c.metaCall(proto.OpLookup, r.Encode, decodeInode(&n)); err != nil {
+		return nil, err
+	}
+	c.overlay(&n)
+	return &n, nil
+}
+
 // GetAttr returns inode ino, with this client's unflushed writes applied,
 // from the namespace cache when it holds the inode (see nscache.go).
 func (c *Client) GetAttr(ino uint64) (*proto.Inode, error) {

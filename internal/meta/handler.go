@@ -166,8 +166,12 @@ func read(d *wire.Dec, msg decoder, serve func() error) error {
 
 func (s *Service) lookup(r *proto.LookupReq, out *wire.Enc) error {
 	db := s.fsm.db
-	if _, err := loadDir(db, r.Parent); err != nil {
+	dir, err := loadDir(db, r.Parent)
+	if err != nil {
 		return err
+	}
+	if r.Name == ".." { // an NFS gateway asks, for a handle's way up
+		return s.parentOf(dir, out)
 	}
 	ino, _, found, err := lookupEntry(db, r.Parent, r.Name)
 	if err != nil {
@@ -177,6 +181,21 @@ func (s *Service) lookup(r *proto.LookupReq, out *wire.Enc) error {
 		return rpc.Errorf(syscall.ENOENT, "%q not found", r.Name)
 	}
 	n, err := loadInode(db, ino)
+	if err != nil {
+		return err
+	}
+	n.Inode.Encode(out)
+	return nil
+}
+
+// parentOf answers a lookup of ".." in dir: its parent, itself for the
+// root.
+func (s *Service) parentOf(dir *inodeRec, out *wire.Enc) error {
+	ino := dir.Parent
+	if dir.Ino == proto.RootIno || ino == 0 {
+		ino = dir.Ino
+	}
+	n, err := loadInode(s.fsm.db, ino)
 	if err != nil {
 		return err
 	}

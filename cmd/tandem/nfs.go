@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tandemfs/internal/client"
+	"tandemfs/internal/nfs"
+	"tandemfs/internal/rpc"
+)
+
+func init() {
+	var metaAddr, secretFile, listen, exportsFile string
+	var exportLines []string
+	var giveUp time.Duration
+	cmd := &cobra.Command{
+		Use:   "nfs --meta ADDR --secret-file FILE --listen ADDR (--export 'PATH CLIENT(OPTIONS)' ... | --exports FILE)",
+		Short: "Serve TandemFS over NFSv3 (MOUNT and NFS on one TCP port)",
+		Long: `Run an NFS gateway in the foreground until SIGTERM or SIGINT.
+
+The gateway is a TandemFS client: it talks to the metadata service and the
+storage targets directly. MOUNT and NFS version 3 share one TCP port, so
+clients need no portmapper (libnfs: nfs://HOST/PATH?version=3&nfsport=P&mountport=P);
+the programs are also registered with rpcbind if one runs on this host.
+
+Exports are lines in /etc/exports form, paths in the TandemFS namespace:
+  / 10.0.0.0/8(rw,root_squash) 192.168.1.5(ro)
+  /scratch *(rw,all_squash,anonuid=1000,anongid=1000)
+Options: rw, ro (default), root_squash (default), no_root_squash, all_squash,
+anonuid=N, anongid=N (default 65534), secure (source port below 1024),
+insecure (default), sync (always). async is refused.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			exports, err := nfsExports(exportLines, exportsFile)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			secret, err := rpc.ReadSecretFile(secretFile)
+			if err != nil {
+				return err
+			}
+			logger := log.New(os.Stderr, "nfs: ", log.LstdFlags|log.Lmicroseconds)
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("nfs: listen on %s: %w", listen, err)
+			}
+			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp)})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			srv, err := nfs.New(nfs.Config{Client: c, Secret: secret, Exports: exports, Logf: logger.Printf})
+			if err != nil {
+				return &exitError{2, err}
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			if err := nfs.RegisterWithRpcbind(port); err != nil {
+				logger.Printf("not registered with rpcbind (%v); clients give the port: nfsport=%d,mountport=%d", err, port, port)
+			} else {
+				defer nfs.UnregisterFromRpcbind()
+				logger.Printf("registered NFS 3 and MOUNT 3 on port %d with rpcbind", port)
+			}
+			for _, e := range exports {
+				logger.Printf("exporting %s", e.Path)
+			}
+			logger.Printf("serving NFSv3 on %s (metadata service %s)", l.Addr(), metaAddr)
+			go func() {
+				signals := make(chan os.Signal, 1)
+				signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+				<-signals
+				logger.Printf("stopping: flushing the files held open")
+				srv.Close()
+			}()
+			return srv.Serve(l)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&metaAddr, "meta", "127.0.0.1:7100", "metadata service address, or the addresses of all replicas (comma-separated)")
+	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
+	f.StringVar(&listen, "listen", ":2049", "TCP address to serve MOUNT and NFS on")
+	f.StringArrayVar(&exportLines, "export", nil, "an export, as a line of /etc/exports: 'PATH CLIENT(OPTIONS) ...' (repeatable)")
+	f.StringVar(&exportsFile, "exports", "", "a file of exports, in /etc/exports form")
+	f.DurationVar(&giveUp, "give-up", 0, "how long a request waits for an unreachable service before failing with EIO; 0 waits forever (clients of a hard mount retry anyway)")
+	cmd.MarkFlagRequired("secret-file")
+	addPprofFlag(cmd)
+	addMetricsFlag(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+// nfsExports gathers the exports of --export and --exports.
+func nfsExports(lines []string, file string) ([]nfs.Export, error) {
+	var exports []nfs.Export
+	if file != "" {
+		fromFile, err := nfs.ParseExports(file)
+		if err != nil {
+			return nil, err
+		}
+		exports = fromFile
+	}
+	for _, line := range lines {
+		e, err := nfs.ParseExport(line)
+		if err != nil {
+			return nil, fmt.Errorf("--export: %w", err)
+		}
+		exports = append(exports, e)
+	}
+	if len(exports) == 0 {
+		return nil, fmt.Errorf("nfs: nothing to export: give --export 'PATH CLIENT(OPTIONS)' or --exports FILE")
+	}
+	return exports, nil
+}
