@@ -65,3 +65,5 @@ require (
 )
 
 replace github.com/hanwen/go-fuse/v2 => ./third_party/go-fuse
+
+replace github.com/buildbarn/go-xdr => ./third_party/go-xdr

@@ -23,5 +23,8 @@ go test -race -timeout 25m "$@" $(go list ./... | grep -v '/tests')
 # the transport's own and upstream's for the files the fork changed
 # (server.go, request.go: a real mount's request handling).
 scripts/go-fuse-patch.sh --check
+# go-xdr is vendored (third_party/go-xdr) so that NFS names may be any
+# bytes: its patch must say what the tree holds.
+scripts/go-xdr-patch.sh --check
 go test -race -count=1 github.com/hanwen/go-fuse/v2/fuse
 go test -race -count=1 -timeout 25m "$@" ./tests/...

@@ -224,6 +224,32 @@ func TestNFSGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("NamesAreBytesNotASCII", func(t *testing.T) {
+		names := []string{"café", "日本語のファイル", "latin1-\xe9"}
+		if err := os.Mkdir(filepath.Join(mnt, "names"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			nfsWrite(t, v, "/names/"+name, 0, []byte(name))
+			if got := string(fuseRead(t, filepath.Join(mnt, "names", name))); got != name {
+				t.Fatalf("%q reads %q through FUSE", name, got)
+			}
+		}
+		entries, err := v.ReadDirPlus("/names")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]bool{}
+		for _, e := range entries {
+			listed[e.Name()] = true
+		}
+		for _, name := range names {
+			if !listed[name] {
+				t.Fatalf("READDIRPLUS does not list %q: %v", name, listed)
+			}
+		}
+	})
+
 	t.Run("SetAttr", func(t *testing.T) {
 		nfsWrite(t, v, "/attrs", 0, []byte("x"))
 		if err := v.Setattr("/attrs", nfsc.Sattr3{Mode: nfsc.SetMode{SetIt: true, Mode: 0o640},
