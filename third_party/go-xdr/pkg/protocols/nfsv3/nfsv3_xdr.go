@@ -1134,7 +1134,7 @@ func ReadPostOpAttr(r io.Reader) (m PostOpAttr, nTotal int64, err error) {
 		}
 		m = &mArm
 	default:
-		err = fmt.Errorf("discriminant post_op_attr.attributes_follow has unknown value %d", discriminant)
+		err = fmt.Errorf("discriminant post_op_attr.attributes_follow has unknown value %v", discriminant)
 		goto done
 	}
 done:
@@ -1346,7 +1346,7 @@ func ReadPreOpAttr(r io.Reader) (m PreOpAttr, nTotal int64, err error) {
 		}
 		m = &mArm
 	default:
-		err = fmt.Errorf("discriminant pre_op_attr.attributes_follow has unknown value %d", discriminant)
+		err = fmt.Errorf("discriminant pre_op_attr.attributes_follow has unknown value %v", discriminant)
 		goto done
 	}
 done:
@@ -1553,7 +1553,7 @@ func ReadPostOpFh3(r io.Reader) (m PostOpFh3, nTotal int64, err error) {
 		}
 		m = &mArm
 	default:
-		err = fmt.Errorf("discriminant post_op_fh3.handle_follows has unknown value %d", discriminant)
+		err = fmt.Errorf("discriminant post_op_fh3.handle_follows has unknown value %v", discriminant)
 		goto done
 	}
 done:
@@ -3676,7 +3676,7 @@ func ReadSattrguard3(r io.Reader) (m Sattrguard3, nTotal int64, err error) {
 		}
 		m = &mArm
 	default:
-		err = fmt.Errorf("discriminant sattrguard3.check has unknown value %d", discriminant)
+		err = fmt.Errorf("discriminant sattrguard3.check has unknown value %v", discriminant)
 		goto done
 	}
 done:
