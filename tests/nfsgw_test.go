@@ -40,7 +40,6 @@ func startGateway(t *testing.T, c *testcluster.Cluster, exports ...string) *gate
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
 	pr, pw, _ := os.Pipe()
 	g.cmd.Stdout, g.cmd.Stderr = logf, pw
 	if err := g.cmd.Start(); err != nil {
@@ -51,6 +50,7 @@ func startGateway(t *testing.T, c *testcluster.Cluster, exports ...string) *gate
 	serving := regexp.MustCompile(`serving NFSv3 on (\S+)`)
 	found := make(chan string, 1)
 	go func() {
+		defer logf.Close()
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			fmt.Fprintln(logf, sc.Text())

@@ -86,7 +86,7 @@ func (p *nfsProgram) NfsV3Nfsproc3Write(ctx context.Context, a *nfsv3.Write3args
 	if uint32(len(data)) > a.Count {
 		data = data[:a.Count]
 	}
-	if uint32(len(data)) < a.Count || a.Offset+uint64(len(data)) < a.Offset {
+	if uint32(len(data)) < a.Count || a.Offset+uint64(len(data)) < a.Offset || a.Stable > nfsv3.FILE_SYNC {
 		return fail(syscall.EINVAL, n)
 	}
 	if err := s.dropPrivileges(r, n); err != nil {

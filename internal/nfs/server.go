@@ -160,12 +160,27 @@ func (s *Server) serveConn(conn net.Conn) {
 
 // limited serves at most cap(sem) requests of a connection at once: the
 // next request is read only once one of them has read its arguments.
+//
+// A call whose arguments do not decode gets GARBAGE_ARGS (RFC 5531), and
+// the connection goes on: the generated dispatcher has read the rest of
+// the record by then. (Returned as an error, it would leave the
+// connection open but unread.) A reply that does not encode gets
+// SYSTEM_ERR.
 func (s *Server) limited(sem chan struct{}, svc rpcserver.Service) rpcserver.Service {
 	return func(ctx context.Context, vers, proc uint32, args io.ReadCloser, ret func(int) io.Writer) (rpcv2.AcceptedReplyData, error) {
 		sem <- struct{}{}
 		defer func() { <-sem }()
 		s.requests.Add(1)
-		return svc(ctx, vers, proc, args, ret)
+		answered := false
+		reply, err := svc(ctx, vers, proc, args, func(n int) io.Writer { answered = true; return ret(n) })
+		if err == nil {
+			return reply, nil
+		}
+		if answered {
+			s.logf("nfs: encoding the reply to procedure %d: %v", proc, err)
+			return &rpcv2.AcceptedReplyData_default{Stat: rpcv2.SYSTEM_ERR}, nil
+		}
+		return &rpcv2.AcceptedReplyData_default{Stat: rpcv2.GARBAGE_ARGS}, nil
 	}
 }
 
