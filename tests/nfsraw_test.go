@@ -18,7 +18,9 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
 
+	"tandemfs/internal/client"
 	"tandemfs/internal/nfs"
+	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
 )
 
@@ -26,13 +28,13 @@ import (
 // what the client libraries do not let a test say: UNSTABLE writes and
 // their verifiers, pipelined calls, and malformed requests.
 type rawNFS struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	cred rpcv2.OpaqueAuth
 	xid  uint32
 }
 
-func dialRaw(t *testing.T, addr string, uid, gid uint32) *rawNFS {
+func dialRaw(t testing.TB, addr string, uid, gid uint32) *rawNFS {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -422,4 +424,92 @@ func TestNFSGatewayAnswersBadRPCs(t *testing.T) {
 	if _, st := r.getattr(append([]byte("XX"), root[2:]...)); st != nfsv3.NFS3ERR_BADHANDLE {
 		t.Fatalf("GETATTR of a foreign handle: %d, want NFS3ERR_BADHANDLE", st)
 	}
+}
+
+// inProcessGateway serves c over NFS from this process, so that a fuzzer
+// sees (and is guided by) the code that decodes what it sends.
+func inProcessGateway(t testing.TB, c *testcluster.Cluster, exports ...string) *gateway {
+	t.Helper()
+	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(client.Config{MetaAddr: c.Layout.MetaAddr, Secret: secret, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed []nfs.Export
+	for _, line := range exports {
+		e, err := nfs.ParseExport(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, e)
+	}
+	srv, err := nfs.New(nfs.Config{Client: cl, Secret: secret, Exports: parsed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close(); cl.Close() })
+	return &gateway{addr: l.Addr().String()}
+}
+
+// FuzzNFSGatewayRecords sends byte streams (record marks included) to a
+// gateway exporting the file system read-only. Whatever comes, the
+// gateway answers or closes the connection, goes on serving, and changes
+// no file. `go test` runs the seeds (well-formed calls); `go test -fuzz
+// FuzzNFSGatewayRecords ./tests` mutates them.
+func FuzzNFSGatewayRecords(f *testing.F) {
+	c := testcluster.Start(f)
+	sentinel := filepath.Join(c.Mount(), "sentinel")
+	content := []byte("must not change")
+	if err := os.WriteFile(sentinel, content, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	g := inProcessGateway(f, c, "/ 127.0.0.0/8(ro,no_root_squash)")
+	r := dialRaw(f, g.addr, 0, 0)
+	root, _ := r.mnt("/")
+	fh, _ := r.lookup(root, "sentinel")
+	record := func(prog, proc uint32, args []byte) []byte {
+		var b bytes.Buffer
+		nfs.WriteCall(&b, 1, prog, 3, proc, authSys(0, 0), args)
+		return b.Bytes()
+	}
+	const nfsProg, mountProg = nfsv3.NFS_PROGRAM_PROGRAM_NUMBER, mount.MOUNT_PROGRAM_PROGRAM_NUMBER
+	f.Add(record(nfsProg, 0, nil))
+	f.Add(record(mountProg, 1, encode(xdrString("/"))))
+	f.Add(record(nfsProg, 1, getattrArgs(fh)))
+	f.Add(record(nfsProg, 3, encode(&nfsv3.Lookup3args{What: nfsv3.Diropargs3{Dir: nfsv3.NfsFh3{Data: root}, Name: "sentinel"}})))
+	f.Add(record(nfsProg, 6, encode(&nfsv3.Read3args{File: nfsv3.NfsFh3{Data: fh}, Count: 100})))
+	f.Add(record(nfsProg, 7, encode(&nfsv3.Write3args{File: nfsv3.NfsFh3{Data: fh}, Count: 1, Stable: nfsv3.FILE_SYNC, Data: []byte("X")})))
+	f.Add(record(nfsProg, 17, encode(&nfsv3.Readdirplus3args{Dir: nfsv3.NfsFh3{Data: root}, Dircount: 4096, Maxcount: 32768})))
+	f.Add(record(nfsProg, 12, encode(&nfsv3.Remove3args{Object: nfsv3.Diropargs3{Dir: nfsv3.NfsFh3{Data: root}, Name: "sentinel"}})))
+	f.Add(append(record(nfsProg, 1, getattrArgs(fh)), record(nfsProg, 4, encode(&nfsv3.Access3args{Object: nfsv3.NfsFh3{Data: fh}, Access: 0x3f}))...))
+
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatalf("the gateway no longer accepts connections: %v", err)
+		}
+		conn.Write(stream)
+		conn.(*net.TCPConn).CloseWrite() // the end of the stream, as the gateway sees it
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.Copy(io.Discard, conn); err != nil { // replies, until the gateway closes
+			t.Fatalf("the gateway did not close a connection the client had ended: %v", err)
+		}
+		conn.Close()
+		alive := dialRaw(t, g.addr, 0, 0)
+		alive.call(nfsProg, 3, 0, nil) // NULL
+		if got := fuseRead(t, sentinel); !bytes.Equal(got, content) {
+			t.Fatalf("the sentinel file changed through a read-only export: %q", got)
+		}
+		if _, err := os.Stat(sentinel); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
