@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net"
@@ -13,13 +14,15 @@ import (
 
 	"tandemfs/internal/client"
 	"tandemfs/internal/nfs"
+	"tandemfs/internal/nfsha"
 	"tandemfs/internal/rpc"
 )
 
 func init() {
-	var metaAddr, secretFile, listen, exportsFile string
-	var exportLines []string
-	var giveUp time.Duration
+	var metaAddr, secretFile, listen, exportsFile, headID, headAddr, iface string
+	var exportLines, services []string
+	var giveUp, lease time.Duration
+	var prefix int
 	cmd := &cobra.Command{
 		Use:   "nfs --meta ADDR --secret-file FILE --listen ADDR (--export 'PATH CLIENT(OPTIONS)' ... | --exports FILE)",
 		Short: "Serve TandemFS over NFSv3 (MOUNT and NFS on one TCP port)",
@@ -47,9 +50,11 @@ insecure (default), sync (always). async is refused.`,
 				return err
 			}
 			logger := log.New(os.Stderr, "nfs: ", log.LstdFlags|log.Lmicroseconds)
-			l, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("nfs: listen on %s: %w", listen, err)
+			if len(services) > 0 && headID == "" {
+				return &exitError{2, fmt.Errorf("nfs: --service needs --head (this head's ID, unique among the heads)")}
+			}
+			if len(services) == 0 && headID != "" {
+				return &exitError{2, fmt.Errorf("nfs: --head needs at least one --service address to hold")}
 			}
 			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp)})
 			if err != nil {
@@ -59,6 +64,14 @@ insecure (default), sync (always). async is refused.`,
 			srv, err := nfs.New(nfs.Config{Client: c, Secret: secret, Exports: exports, Logf: logger.Printf})
 			if err != nil {
 				return &exitError{2, err}
+			}
+			if len(services) > 0 {
+				return runHead(c, srv, logger, haSettings{head: headID, headAddr: headAddr, services: services,
+					iface: iface, prefix: prefix, lease: lease})
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("nfs: listen on %s: %w", listen, err)
 			}
 			port := l.Addr().(*net.TCPAddr).Port
 			if err := nfs.RegisterWithRpcbind(port); err != nil {
@@ -87,6 +100,12 @@ insecure (default), sync (always). async is refused.`,
 	f.StringVar(&listen, "listen", ":2049", "TCP address to serve MOUNT and NFS on")
 	f.StringArrayVar(&exportLines, "export", nil, "an export, as a line of /etc/exports: 'PATH CLIENT(OPTIONS) ...' (repeatable)")
 	f.StringVar(&exportsFile, "exports", "", "a file of exports, in /etc/exports form")
+	f.StringVar(&headID, "head", "", "this head's ID, for a highly available gateway: the heads of one gateway hold its --service addresses by leases from the metadata service, one head per address")
+	f.StringArrayVar(&services, "service", nil, "a service address (IP:PORT) the head serves while it holds its lease (repeatable; with --head)")
+	f.StringVar(&iface, "interface", "", "the interface the service addresses are added to and announced on with gratuitous ARP (\"\": they are local already)")
+	f.IntVar(&prefix, "prefix", 0, "the prefix length of the service addresses on --interface (default: a host address)")
+	f.DurationVar(&lease, "lease", nfsha.DefaultLease, "how long a lease lasts; a failed head's addresses move after at most this and a poll")
+	f.StringVar(&headAddr, "head-addr", "", "how an administrator reaches this head, for tandem status (default: the host name)")
 	f.DurationVar(&giveUp, "give-up", 0, "how long a request waits for an unreachable service before failing with EIO; 0 waits forever (clients of a hard mount retry anyway)")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)
@@ -115,4 +134,39 @@ func nfsExports(lines []string, file string) ([]nfs.Export, error) {
 		return nil, fmt.Errorf("nfs: nothing to export: give --export 'PATH CLIENT(OPTIONS)' or --exports FILE")
 	}
 	return exports, nil
+}
+
+// haSettings are the flags of a highly available head.
+type haSettings struct {
+	head, headAddr string
+	services       []string
+	iface          string
+	prefix         int
+	lease          time.Duration
+}
+
+// runHead serves the service addresses this head holds leases on, until
+// SIGTERM or SIGINT, and then gives the leases back.
+func runHead(c *client.Client, srv *nfs.Server, logger *log.Logger, ha haSettings) error {
+	if ha.headAddr == "" {
+		ha.headAddr, _ = os.Hostname()
+	}
+	var svcs []nfsha.Service
+	for _, a := range ha.services {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return &exitError{2, fmt.Errorf("nfs: --service %q: want IP:PORT", a)}
+		}
+		svcs = append(svcs, nfsha.Service{Address: a, Interface: ha.iface, Prefix: ha.prefix})
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	logger.Printf("head %s: asking for %v (lease %v)", ha.head, ha.services, ha.lease)
+	err := nfsha.Run(ctx, nfsha.Config{Head: ha.head, HeadAddr: ha.headAddr, Client: c, Services: svcs, Lease: ha.lease,
+		Logf: logger.Printf,
+		Serve: func(svc nfsha.Service, l net.Listener, valid func() bool) func() {
+			return srv.ServeAddress(l, valid)
+		}})
+	logger.Printf("stopping: flushing the files held open")
+	srv.Close()
+	return err
 }

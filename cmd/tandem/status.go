@@ -289,6 +289,8 @@ type statusJSON struct {
 	// Quotas with a limit, and their usage (tandem quota report lists
 	// every one).
 	Quotas []quotaJSON `json:"quotas,omitempty"`
+	// NFS is the NFS gateway's service addresses and heads, if any.
+	NFS *nfsJSON `json:"nfs,omitempty"`
 }
 
 type serverJSON struct {
@@ -437,6 +439,7 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		}
 		j.Chains = append(j.Chains, cj)
 	}
+	j.NFS = nfsStatusJSON(st.NFS, now)
 	for _, f := range st.Fencing {
 		j.Fencing = append(j.Fencing, fenceJSON{f.ServerID, time.UnixMilli(f.AtMs).UTC().Format(time.RFC3339), f.Fenced, f.Summary})
 	}
@@ -576,6 +579,7 @@ func printStatus(j *statusJSON) {
 	printChains(j)
 	printScrubs(j)
 	printQuotas(j)
+	printNFS(j.NFS)
 	for _, f := range j.Fencing {
 		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)
 	}

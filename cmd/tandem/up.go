@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,12 @@ running and brings back every file.`,
 			if l.Mount != "" {
 				fmt.Printf(", mounted at %s", l.Mount)
 			}
+			if l.NFS != nil {
+				_, port, _ := net.SplitHostPort(l.NFS.Address)
+				host, _, _ := net.SplitHostPort(l.NFS.Address)
+				fmt.Printf("\nNFS gateway (heads %s) at %s: nfs-ls 'nfs://%s/?version=3&nfsport=%s&mountport=%s'",
+					strings.Join(l.NFS.Heads, ", "), l.NFS.Address, host, port, port)
+			}
 			// Named as this command was run, so that it works from here.
 			fmt.Printf("\nstop it with: %s down --data %s\n", os.Args[0], o.Dir)
 			return nil
@@ -71,6 +78,8 @@ running and brings back every file.`,
 	f := up.Flags()
 	f.StringVar(&o.Dir, "data", defaultDataDir(), "data directory (state, logs, PIDs); $TANDEM_DATA")
 	f.StringVar(&o.Mount, "mount", "", "mount point (none: no FUSE mount)")
+	f.BoolVar(&o.NFS, "nfs", false, "also start an NFS gateway: two heads holding one service address on a loopback alias (docs/nfs.md)")
+	f.StringArrayVar(&o.NFSExports, "nfs-export", nil, "an export of the NFS gateway, as a line of /etc/exports (default: '"+cluster.DefaultNFSExport+"'; a new gateway only)")
 	f.IntVar(&o.Servers, "servers", 2, "storage servers")
 	f.IntVar(&o.TargetsPerServer, "targets-per-server", 2, "storage targets per server")
 	f.IntVar(&o.MetaReplicas, "meta-replicas", 1, "metadata replicas in one Raft group: 1, or 3 to survive the loss of one (new clusters only)")

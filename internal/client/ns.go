@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"syscall"
 	"time"
@@ -336,3 +337,12 @@ func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
 }
 
 func errnoOf(err error) syscall.Errno { return rpc.ErrnoOf(err) }
+
+// NFSLease asks the metadata leader for, renews or gives back an NFS
+// gateway head's lease on a service address (meta/nfslease.go). ctx
+// bounds the call: a head must learn in time that it cannot renew.
+func (c *Client) NFSLease(ctx context.Context, r *proto.NFSLeaseReq) (*proto.NFSLeaseReply, error) {
+	var reply proto.NFSLeaseReply
+	err := c.callLeaderContext(ctx, proto.OpNFSLease, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
+	return &reply, err
+}

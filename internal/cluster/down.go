@@ -72,7 +72,12 @@ func Down(dir string, force bool, progress io.Writer) error {
 		}
 	})
 	report("mount", wasRunning, err)
+	// The NFS heads next: they flush the files they hold open, and give
+	// their leases back, while the services still run.
 	var names []string
+	if l.NFS != nil {
+		names = append(names, l.NFS.Heads...)
+	}
 	for _, s := range l.Servers {
 		names = append(names, s.Name)
 	}
@@ -83,6 +88,7 @@ func Down(dir string, force bool, progress io.Writer) error {
 		wasRunning, err := stop(dir, name, nil)
 		report(name, wasRunning, err)
 	}
+	dropNFSAlias(l)
 	switch {
 	case len(notRunning) == len(names)+1 && !mounted:
 		say("the cluster in %s is stopped: nothing was running", dir)

@@ -58,6 +58,10 @@ type Options struct {
 	StorageFlags []string
 	// MountFlags are added to the mount's command line.
 	MountFlags []string
+	// NFS starts an NFS gateway of two heads (nfs.go); NFSExports are
+	// its exports (default DefaultNFSExport), for a new gateway.
+	NFS        bool
+	NFSExports []string
 	Progress   io.Writer // where to report progress (may be nil)
 	Timeout    time.Duration
 }
@@ -73,6 +77,7 @@ type Layout struct {
 	SecretFile string         `json:"secret_file"`
 	Servers    []ServerLayout `json:"servers"`
 	Mount      string         `json:"mount,omitempty"`
+	NFS        *NFSLayout     `json:"nfs,omitempty"` // an NFS gateway (up --nfs)
 }
 
 // MetaLayout is one metadata replica.
@@ -175,6 +180,12 @@ func Up(o Options) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := o.nfsLayout(l); err != nil {
+		return nil, err
+	}
+	if o.FenceConfig, err = o.nfsFenceConfig(l); err != nil {
+		return nil, err
+	}
 	if err := o.startMeta(l, secret); err != nil {
 		return nil, err
 	}
@@ -185,6 +196,9 @@ func Up(o Options) (*Layout, error) {
 		if err := o.startMount(l); err != nil {
 			return nil, err
 		}
+	}
+	if err := o.startNFS(l); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

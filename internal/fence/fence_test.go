@@ -524,6 +524,23 @@ func TestSampleKillAgentFailsWithNothingToFence(t *testing.T) {
 	}
 }
 
+// A PID file whose process has ended is a target already off: fenced, as
+// the real agents answer for a node that is off.
+func TestSampleKillAgentCountsAnEndedProcessAsFenced(t *testing.T) {
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pidfile := filepath.Join(t.TempDir(), "head.pid")
+	os.WriteFile(pidfile, []byte(fmt.Sprintf("%d\n", done.Process.Pid)), 0o600)
+	c := &Config{Servers: map[string][]Agent{"*": {{
+		Name: "kill", Command: sampleAgent(t, "fence_tandem_kill"), Options: map[string]string{"pidfile": pidfile},
+	}}}}
+	if o := c.Fence(context.Background(), srv1); !o.Fenced || !strings.Contains(o.Results[0].Output, "Already OFF") {
+		t.Errorf("an ended process: %s %+v", o, o.Results)
+	}
+}
+
 // The failure matrix runs each storage server in its own network namespace;
 // fencing one kills everything in it. Needs root and iproute2.
 func TestSampleKillAgentKillsANetworkNamespace(t *testing.T) {

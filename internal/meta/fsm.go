@@ -29,6 +29,7 @@ const (
 	opResyncTargets // a restarted server's members resync from their live partners
 	opExpireLocks   // a client session went silent: its file locks go
 	opQuotaInit     // sum the quota usage of every inode, once (quota.go)
+	opNFSLease      // an NFS head's lease request, with the epoch the leader saw (nfslease.go)
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -284,6 +285,11 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.QuotaSetReq
 		r.Decode(d)
 		return decoded(d, func() error { return t.setQuota(&r) })
+	case opNFSLease:
+		var r proto.NFSLeaseReq
+		r.Decode(d)
+		expect := d.U64()
+		return decoded(d, func() error { return t.applyNFSLease(&r, expect, out) })
 	case opGCDone:
 		ino := d.U64()
 		return decoded(d, func() error { return t.gcDone(ino) })

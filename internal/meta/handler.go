@@ -137,6 +137,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpDirLease:
 		var r proto.DirLeaseReq
 		return read(d, &r, func() error { return s.dirLease(&r, out) })
+	case proto.OpNFSLease:
+		var r proto.NFSLeaseReq
+		return read(d, &r, func() error { return s.nfsLease(&r, out) })
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })
@@ -381,6 +384,9 @@ func (s *Service) status(out *wire.Enc) error {
 	r.DirLeases, r.LeasedDirs = uint32(leases), uint32(dirs)
 	leases, files := s.files.counts(time.Now())
 	r.FileLeases, r.LeasedFiles = uint32(leases), uint32(files)
+	if r.NFS, err = s.nfsStatus(); err != nil {
+		return err
+	}
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

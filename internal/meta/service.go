@@ -97,6 +97,7 @@ type Service struct {
 	live        *liveness
 	flaps       *flapCounter // used by the failure loop only
 	fences      *fence.Log
+	nfsHeads    *nfsHeads // NFS gateway heads seen (nfslease.go)
 	sessions    *sessions
 	storage     *storageClients
 	leases      *dirLeases  // directory leases (dirlease.go), while leading
@@ -170,10 +171,11 @@ func Start(cfg Config) (*Service, error) {
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(), leases: newDirLeases(),
 		files: newFileLeases(), acks: newLeaseAcks(),
-		fences:  fence.NewLog(fence.DefaultKeep),
-		flaps:   &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
-		storage: &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
-		stop:    make(chan struct{}),
+		fences:   fence.NewLog(fence.DefaultKeep),
+		nfsHeads: newNFSHeads(),
+		flaps:    &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
+		storage:  &storageClients{secret: cfg.Secret, clients: map[string]*rpc.Client{}},
+		stop:     make(chan struct{}),
 	}
 	if err := s.waitReady(); err != nil {
 		s.Close()

@@ -116,6 +116,39 @@ func (s *Server) Requests() uint64 { return s.requests.Load() }
 // Serve accepts connections on l until Close. Each connection's requests
 // are served concurrently, up to Config.InFlight at once.
 func (s *Server) Serve(l net.Listener) error {
+	return s.serve(l, nil, func(net.Conn) {})
+}
+
+// ServeAddress serves l while valid reports true, for a head of a highly
+// available gateway that holds l's address by a lease (internal/nfsha):
+// a request is answered only if the lease is valid when it arrives and
+// when its reply is ready, else its connection is closed unanswered.
+// stop closes l and every connection accepted on it.
+func (s *Server) ServeAddress(l net.Listener, valid func() bool) (stop func()) {
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	stopped := false
+	go s.serve(l, valid, func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			c.Close()
+			return
+		}
+		conns[c] = struct{}{}
+	})
+	return func() {
+		l.Close()
+		mu.Lock()
+		stopped = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}
+}
+
+func (s *Server) serve(l net.Listener, valid func() bool, accepted func(net.Conn)) error {
 	go func() {
 		<-s.done
 		l.Close()
@@ -123,7 +156,7 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		conn, err := l.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			var ne net.Error
@@ -137,24 +170,52 @@ func (s *Server) Serve(l net.Listener) error {
 			conn.Close()
 			return nil
 		}
-		go s.serveConn(conn)
+		accepted(conn)
+		go s.serveConn(conn, valid)
 	}
 }
 
-func (s *Server) serveConn(conn net.Conn) {
+// errLeaseLost ends a connection of a head that no longer holds its
+// address.
+var errLeaseLost = errors.New("this head's lease on the service address has run out")
+
+func (s *Server) serveConn(conn net.Conn, valid func() bool) {
 	defer func() {
 		s.untrack(conn)
 		conn.Close()
 	}()
 	from, _ := netip.ParseAddrPort(conn.RemoteAddr().String())
 	sem := make(chan struct{}, s.cfg.InFlight)
+	guard := func(svc rpcserver.Service) rpcserver.Service {
+		return s.leased(conn, valid, s.limited(sem, svc))
+	}
 	srv := rpcserver.NewServer(map[uint32]rpcserver.Service{
-		nfsv3.NFS_PROGRAM_PROGRAM_NUMBER:   s.limited(sem, nfsv3.NewNfsProgramService(&nfsProgram{s: s})),
-		mount.MOUNT_PROGRAM_PROGRAM_NUMBER: s.limited(sem, mount.NewMountProgramService(&mountProgram{s: s})),
+		nfsv3.NFS_PROGRAM_PROGRAM_NUMBER:   guard(nfsv3.NewNfsProgramService(&nfsProgram{s: s})),
+		mount.MOUNT_PROGRAM_PROGRAM_NUMBER: guard(mount.NewMountProgramService(&mountProgram{s: s})),
 	}, authenticator{from: from})
 	err := srv.HandleConnection(&recordGuard{r: conn, max: maxRecord}, conn)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && !s.isClosed() {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, errLeaseLost) && !s.isClosed() {
 		s.logf("nfs: closing the connection from %s: %v", conn.RemoteAddr(), err)
+	}
+}
+
+// leased answers a call only while valid holds, before and after it is
+// served (nil valid: always).
+func (s *Server) leased(conn net.Conn, valid func() bool, svc rpcserver.Service) rpcserver.Service {
+	if valid == nil {
+		return svc
+	}
+	return func(ctx context.Context, vers, proc uint32, args io.ReadCloser, ret func(int) io.Writer) (rpcv2.AcceptedReplyData, error) {
+		if !valid() {
+			conn.Close()
+			return nil, errLeaseLost
+		}
+		reply, err := svc(ctx, vers, proc, args, ret)
+		if !valid() {
+			conn.Close()
+			return nil, errLeaseLost
+		}
+		return reply, err
 	}
 }
 

@@ -489,6 +489,9 @@ type StatusReply struct {
 	// FileLeases counts the file leases clients hold (lease.go), on
 	// LeasedFiles files.
 	FileLeases, LeasedFiles uint32
+	// NFS lists the NFS gateway's service addresses (absent from older
+	// replies).
+	NFS []NFSService
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -523,6 +526,10 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U32(r.LeasedDirs)
 	e.U32(r.FileLeases)
 	e.U32(r.LeasedFiles)
+	e.U32(uint32(len(r.NFS)))
+	for i := range r.NFS {
+		r.NFS[i].Encode(e)
+	}
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -552,6 +559,12 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	r.Locks, r.LockedFiles = d.U32(), d.U32()
 	r.DirLeases, r.LeasedDirs = d.U32(), d.U32()
 	r.FileLeases, r.LeasedFiles = d.U32(), d.U32()
+	if len(d.Rest()) >= 4 {
+		r.NFS = make([]NFSService, d.Count(1024, 32))
+		for i := range r.NFS {
+			r.NFS[i].Decode(d)
+		}
+	}
 }
 
 // Capacity sums the space of the online targets, counting each file

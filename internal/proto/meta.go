@@ -42,6 +42,7 @@ const (
 	OpFileLease // a file's attributes with a lease on them (lease.go)
 	OpQuotaSet  // set a user's, group's or project's limits (quota.go)
 	OpQuotaList // every quota's usage and limits, and the grace periods (quota.go)
+	OpNFSLease  // an NFS gateway head asks for, renews or gives back a service address (nfs.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

@@ -36,6 +36,7 @@ var opNames = map[uint16]string{
 	OpFileLease:        "file_lease",
 	OpQuotaSet:         "quota_set",
 	OpQuotaList:        "quota_list",
+	OpNFSLease:         "nfs_lease",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

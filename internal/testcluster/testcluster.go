@@ -115,6 +115,10 @@ func WithStorageFlags(flags ...string) Option {
 	return func(o *cluster.Options) { o.StorageFlags = append(o.StorageFlags, flags...) }
 }
 
+// WithNFS starts the cluster's NFS gateway too: two heads holding one
+// service address (cluster.NFSLayout).
+func WithNFS() Option { return func(o *cluster.Options) { o.NFS = true } }
+
 // WithoutMount starts no FUSE client.
 func WithoutMount() Option { return func(o *cluster.Options) { o.Mount = "" } }
 
