@@ -46,6 +46,7 @@ agents on several client hosts:
   rand     iozone -i2 -w -c -O -I -r 4K -s SIZE -t THREADS     (IOPS)
   meta     mdtest -F -L -u -y -z D -b B -I N [-w S -e S]       (ops/s)
   compare  the same suite on several directories, side by side
+  nfs      an NFSv3 server: random 4 KiB reads and stable writes, creates
   agent    serve a driver's workers on a client host
 
 Exit status: 0 when everything was measured, 1 when a run failed (the
@@ -55,7 +56,7 @@ others are still reported), 2 on a usage error.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return benchUsage(err) })
 	cmd.AddCommand(newBenchTestCmd(bench.TestSeq), newBenchTestCmd(bench.TestRand),
-		newBenchTestCmd(bench.TestMeta), newBenchCompareCmd(), newBenchAgentCmd())
+		newBenchTestCmd(bench.TestMeta), newBenchCompareCmd(), newBenchAgentCmd(), newBenchNFSCmd())
 	return cmd
 }
 

@@ -328,6 +328,10 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		}
 	}
 	layout := st.inode
+	// An O_SYNC write inside the file commits its mtime while its data
+	// is written (stable.go); otherwise the size and mtime follow the data.
+	inPlace := h.sync && !st.dirty && end <= st.size
+	committedSize := st.size
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
 		st.written[chunkKey{p.chain, p.index}] = struct{}{}
 	}
@@ -344,6 +348,15 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st.inflight.add(off, end)
 	st.ra.invalidate()
 	var err error
+	if inPlace {
+		err = h.writeInPlace(&layout, off, data, committedSize)
+		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
+		st.inflight.done(off, end)
+		if err != nil {
+			return 0, err
+		}
+		return len(data), nil
+	}
 	if h.direct {
 		err = h.c.writePieces(&layout, off, data, h.sync)
 		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
@@ -373,11 +386,12 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st.mu.Unlock()
 	if h.sync {
 		// O_SYNC/O_DSYNC: the new size must be as durable as the data
-		// (the chunk was fsynced by its target already).
-		if err := h.c.commit(st); err != nil {
-			return 0, err
-		}
-		if err := h.c.SyncMeta(); err != nil {
+		// (the chunk was fsynced by its target already): one commit that
+		// syncs the metadata log.
+		st.mu.Lock()
+		err := h.c.commitLocked(st, true)
+		st.mu.Unlock()
+		if err != nil {
 			return 0, err
 		}
 	}

@@ -92,7 +92,14 @@ func (p *nfsProgram) NfsV3Nfsproc3Write(ctx context.Context, a *nfsv3.Write3args
 	if err := s.dropPrivileges(r, n); err != nil {
 		return fail(err, n)
 	}
-	h, done, err := s.files.open(n)
+	// DATA_SYNC and FILE_SYNC writes go through the file's O_SYNC handle:
+	// data, size and mtime durable before the reply (FILE_SYNC's
+	// promise, which covers DATA_SYNC's).
+	open, committed := s.files.open, nfsv3.UNSTABLE
+	if a.Stable != nfsv3.UNSTABLE {
+		open, committed = s.files.openStable, nfsv3.FILE_SYNC
+	}
+	h, done, err := open(n)
 	if err != nil {
 		return fail(err, n)
 	}
@@ -100,13 +107,6 @@ func (p *nfsProgram) NfsV3Nfsproc3Write(ctx context.Context, a *nfsv3.Write3args
 	verf := s.files.verifier()
 	if _, err := h.Write(data, a.Offset); err != nil {
 		return fail(err, n)
-	}
-	committed := nfsv3.UNSTABLE
-	if a.Stable != nfsv3.UNSTABLE {
-		if err := h.Fsync(); err != nil {
-			return fail(err, n)
-		}
-		committed = nfsv3.FILE_SYNC
 	}
 	return &nfsv3.Write3res_NFS3_OK{Resok: nfsv3.Write3resok{FileWcc: s.wcc(n, n.Ino),
 		Count: uint32(len(data)), Committed: committed, Verf: verf}}, nil

@@ -21,9 +21,10 @@ const (
 )
 
 type openFile struct {
-	h     *client.Handle
-	users int
-	used  time.Time
+	h      *client.Handle
+	stable *client.Handle // opened O_SYNC, for FILE_SYNC and DATA_SYNC writes; nil until one comes
+	users  int
+	used   time.Time
 }
 
 type openFiles struct {
@@ -51,6 +52,16 @@ func (o *openFiles) verifier() [8]byte {
 // open returns file n open for reading and writing; done must be called
 // once the request is finished with it.
 func (o *openFiles) open(n *proto.Inode) (*client.Handle, func(), error) {
+	return o.openAs(n, false)
+}
+
+// openStable returns file n open with O_SYNC: a write through it is
+// durable, data, size and mtime, when it returns.
+func (o *openFiles) openStable(n *proto.Inode) (*client.Handle, func(), error) {
+	return o.openAs(n, true)
+}
+
+func (o *openFiles) openAs(n *proto.Inode, stable bool) (*client.Handle, func(), error) {
 	o.mu.Lock()
 	f, ok := o.files[n.Ino]
 	if !ok {
@@ -64,9 +75,21 @@ func (o *openFiles) open(n *proto.Inode) (*client.Handle, func(), error) {
 	} else {
 		o.c.Refresh(n) // what other clients closed since
 	}
+	h := f.h
+	if stable {
+		if f.stable == nil {
+			sh, err := o.c.Open(n, syscall.O_RDWR|syscall.O_SYNC)
+			if err != nil {
+				o.mu.Unlock()
+				return nil, nil, err
+			}
+			f.stable = sh
+		}
+		h = f.stable
+	}
 	f.users++
 	o.mu.Unlock()
-	return f.h, func() {
+	return h, func() {
 		o.mu.Lock()
 		f.users--
 		f.used = time.Now()
@@ -91,6 +114,9 @@ func (o *openFiles) forget(ino uint64) {
 // release closes f. Writes it held that cannot be made durable are lost
 // to the client unless it resends them: the verifier changes.
 func (o *openFiles) release(ino uint64, f *openFile) {
+	if f.stable != nil {
+		f.stable.Release() // nothing buffered: its writes were durable already
+	}
 	if err := f.h.Release(); err != nil {
 		o.mu.Lock()
 		o.verf = newVerifier()
