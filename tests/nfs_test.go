@@ -10,12 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	nfsc "github.com/willscott/go-nfs-client/nfs"
 	nfsrpc "github.com/willscott/go-nfs-client/nfs/rpc"
 	nfsxdr "github.com/willscott/go-nfs-client/nfs/xdr"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv3"
 
 	"tandemfs/internal/testcluster"
 	"tandemfs/internal/testenv"
@@ -400,4 +403,87 @@ func TestNFSGatewayWithLibnfs(t *testing.T) {
 	if err == nil {
 		t.Fatalf("nfs-ls of a missing directory succeeded:\n%s", out)
 	}
+}
+
+// A directory of 100,000 entries lists completely over READDIRPLUS, page
+// by page as a Linux client asks (8 KiB of names, 64 KiB of reply), and
+// the gateway's memory stays bounded: pages come from the metadata
+// service 1,024 entries at a time, and what it keeps is capped whatever
+// the directory's size: the client library's namespace cache at 131,072
+// inodes and names (which a listing this large fills most of), the
+// cookies at 262,144.
+func TestNFSGatewayListsAHundredThousandEntriesInBoundedMemory(t *testing.T) {
+	const n = 100_000
+	c := testcluster.Start(t)
+	dir := filepath.Join(c.Mount(), "huge")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 4 {
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("entry-%06d", i)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				f.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	g := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash)")
+	r := dialRaw(t, g.addr, 0, 0)
+	root, _ := r.mnt("/")
+	fh, _ := r.lookup(root, "huge")
+	before := peakRSS(t, g.cmd.Process.Pid)
+	seen := map[string]bool{}
+	cookie, calls := uint64(0), 0
+	for eof := false; !eof; calls++ {
+		a := nfsv3.Readdirplus3args{Dir: nfsv3.NfsFh3{Data: fh}, Cookie: cookie, Dircount: 8192, Maxcount: 65536}
+		res, _, err := nfsv3.ReadReaddirplus3res(r.call(nfsv3.NFS_PROGRAM_PROGRAM_NUMBER, 3, 17, encode(&a)))
+		ok, yes := res.(*nfsv3.Readdirplus3res_NFS3_OK)
+		if err != nil || !yes {
+			t.Fatalf("READDIRPLUS at cookie %d: %v %v", cookie, err, res)
+		}
+		for e := ok.Resok.Reply.Entries; e != nil; e = e.Nextentry {
+			if e.Name != "." && e.Name != ".." {
+				if seen[e.Name] {
+					t.Fatalf("%s listed twice", e.Name)
+				}
+				seen[e.Name] = true
+			}
+			cookie = e.Cookie
+		}
+		eof = ok.Resok.Reply.Eof
+	}
+	if len(seen) != n {
+		t.Fatalf("listed %d entries of %d", len(seen), n)
+	}
+	peak := peakRSS(t, g.cmd.Process.Pid)
+	t.Logf("%d entries in %d READDIRPLUS calls; the gateway's peak resident memory: %d MiB before, %d MiB after", n, calls, before>>20, peak>>20)
+	if peak-before > 128<<20 {
+		t.Fatalf("the gateway grew by %d MiB listing one directory", (peak-before)>>20)
+	}
+}
+
+// peakRSS is a process's peak resident memory (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			var kib int64
+			fmt.Sscan(f[1], &kib)
+			return kib << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
 }
