@@ -40,7 +40,6 @@ measured with libnfs's nfs-cp and nfs-cat instead (scripts/bench-nfs.sh).`,
 			}
 			cfg.FileSize = int64(n)
 			cfg.Duration = time.Duration(seconds) * time.Second
-			cfg.Jobs = []int{1, 2}
 			cfg.Progress = os.Stderr
 			results, err := nfsbench.Run(cfg)
 			if asJSON {
@@ -57,5 +56,7 @@ measured with libnfs's nfs-cp and nfs-cat instead (scripts/bench-nfs.sh).`,
 	f.StringVar(&size, "file-size", "256M", "the size of the file the random tests use")
 	f.IntVar(&seconds, "seconds", 15, "how long each test runs")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout")
+	f.StringSliceVar(&cfg.Tests, "tests", nil, "run only these tests (rand-read-4k, rand-write-4k-stable, create)")
+	f.IntSliceVar(&cfg.Jobs, "jobs", []int{1, 2}, "connections at once, each test run once per value")
 	return cmd
 }

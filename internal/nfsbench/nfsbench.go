@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,7 +25,8 @@ type Config struct {
 	Dir                string // a directory under the export for the test files (created)
 	FileSize           int64  // of the random I/O file
 	Duration           time.Duration
-	Jobs               []int // connections at once, for each test
+	Jobs               []int    // connections at once, for each test
+	Tests              []string // which tests (default all: rand-read-4k, rand-write-4k-stable, create)
 	Progress           io.Writer
 }
 
@@ -108,6 +110,9 @@ func Run(cfg Config) ([]Result, error) {
 		}},
 	}
 	for _, t := range tests {
+		if len(cfg.Tests) > 0 && !slices.Contains(cfg.Tests, t.name) {
+			continue
+		}
 		for _, jobs := range cfg.Jobs {
 			r, err := cfg.runTest(t.name, jobs, t.op)
 			if err != nil {

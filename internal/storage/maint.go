@@ -92,10 +92,13 @@ func (t *Target) syncChunk(k chunkKey) error {
 		return nil // nothing written: a hole is durable as it is
 	}
 	// No chunk lock: fsync may run alongside writes, and the reference
-	// keeps the files open.
+	// keeps the files open. The data and its checksums are synced at
+	// once, so that the file system folds their flushes together.
+	sumErr := make(chan error, 1)
+	go func() { sumErr <- ch.sum.Sync() }()
 	err = ch.data.Sync()
-	if err == nil {
-		err = ch.sum.Sync()
+	if e := <-sumErr; err == nil {
+		err = e
 	}
 	t.cache.release(ch)
 	if err != nil {
