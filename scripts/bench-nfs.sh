@@ -41,6 +41,7 @@ BIN=$(mktemp -d /var/tmp/bench-nfs-bin.XXXXXX)/tandem
 DATA=$(mktemp -d /var/tmp/bench-nfs.XXXXXX)
 SRC=/dev/shm/bench-nfs-1G
 head -c 1073741824 /dev/urandom > "$SRC"
+RUN=$$ # fresh file names: a peer's export may hold an earlier run's files
 RESULTS=$OUT/results.jsonl
 : > "$RESULTS"
 cleanup() {
@@ -58,18 +59,22 @@ record() { # system test clients value unit
 # seq_copy SYSTEM URL_PREFIX URL_SUFFIX: 1 GiB written and read back by one
 # nfs-cp/nfs-cat, then by two at once (2 GiB in all).
 seq_copy() {
-    local sys=$1 pre=$2 suf=$3 n s e
+    local sys=$1 pre=$2 suf=$3 n s e i pids ok
     for n in 1 2; do
+        ok=1 pids=()
         s=$(date +%s.%N)
-        for i in $(seq_list "$n"); do nfs-cp "$SRC" "$pre/seq$n-$i$suf" >/dev/null & done
-        wait
+        for i in $(seq_list "$n"); do nfs-cp "$SRC" "$pre/seq-$RUN-$n-$i$suf" >>"$RUNLOG" 2>&1 & pids+=($!); done
+        for i in "${pids[@]}"; do wait "$i" || ok=0; done
         e=$(date +%s.%N)
+        [ $ok = 1 ] || { log "$sys: nfs-cp failed"; return 1; }
         record "$sys" seq-write-1M "$n" "$(python3 -c "print(round($n*1073.741824/($e-$s),1))")" MB/s
         sync; echo 3 > /proc/sys/vm/drop_caches
+        pids=()
         s=$(date +%s.%N)
-        for i in $(seq_list "$n"); do nfs-cat "$pre/seq$n-$i$suf" >/dev/null & done
-        wait
+        for i in $(seq_list "$n"); do nfs-cat "$pre/seq-$RUN-$n-$i$suf" >/dev/null 2>>"$RUNLOG" & pids+=($!); done
+        for i in "${pids[@]}"; do wait "$i" || ok=0; done
         e=$(date +%s.%N)
+        [ $ok = 1 ] || { log "$sys: nfs-cat failed"; return 1; }
         record "$sys" seq-read-1M "$n" "$(python3 -c "print(round($n*1073.741824/($e-$s),1))")" MB/s
     done
 }
@@ -88,7 +93,8 @@ for r in json.load(sys.stdin):
 log "NFS-Ganesha"
 bash "$SHARED/peers/nfs-ganesha/up.sh" >>"$RUNLOG" 2>&1 || { log "ganesha did not start"; exit 1; }
 seq_copy ganesha "nfs://127.0.0.1/export" ""
-rand ganesha --server 127.0.0.1:2049 --mount-server 127.0.0.1:20048 --export /export
+rand ganesha --server 127.0.0.1:2049 --mount-server 127.0.0.1:20048 --export /export --dir "bench-nfs-$RUN"
+rm -rf "${PEERS_DATA:-/var/tmp/tandem-peers}"/nfs-ganesha/export/seq-$RUN-* "${PEERS_DATA:-/var/tmp/tandem-peers}"/nfs-ganesha/export/bench-nfs-$RUN
 bash "$SHARED/peers/nfs-ganesha/down.sh" >>"$RUNLOG" 2>&1
 
 log "TandemFS (tandem up --nfs)"
