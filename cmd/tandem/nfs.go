@@ -153,8 +153,8 @@ func runHead(c *client.Client, srv *nfs.Server, logger *log.Logger, ha haSetting
 	}
 	var svcs []nfsha.Service
 	for _, a := range ha.services {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return &exitError{2, fmt.Errorf("nfs: --service %q: want IP:PORT", a)}
+		if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
+			return &exitError{2, fmt.Errorf("nfs: --service %q: want IP:PORT (the address moves between heads; a host name cannot)", a)}
 		}
 		svcs = append(svcs, nfsha.Service{Address: a, Interface: ha.iface, Prefix: ha.prefix})
 	}

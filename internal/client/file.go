@@ -332,8 +332,13 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	// is written (stable.go); otherwise the size and mtime follow the data.
 	inPlace := h.sync && !st.dirty && end <= st.size
 	committedSize := st.size
+	// An O_SYNC write's chunks are synced by the write itself: an fsync
+	// (which the kernel sends after each such write) need not sync them
+	// again.
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
-		st.written[chunkKey{p.chain, p.index}] = struct{}{}
+		if !h.sync {
+			st.written[chunkKey{p.chain, p.index}] = struct{}{}
+		}
 	}
 	keep, gen := h.c.startCachedWrite(st, off, data, h.direct && !h.uncached)
 	st.mu.Unlock()

@@ -65,11 +65,10 @@ type Server struct {
 	byRoot  sync.Map   // export root inode -> *export
 	denied  logLimiter // logs of refused clients
 
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	closed   bool
-	done     chan struct{} // closed by Close
-	requests atomic.Uint64
+	mu     sync.Mutex
+	conns  map[net.Conn]*listening // open connections, by the listener that took them
+	closed bool
+	done   chan struct{} // closed by Close
 }
 
 // export is an Export and, once resolved, the inode of its directory.
@@ -97,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.InFlight = 64
 	}
 	s := &Server{cfg: cfg, c: cfg.Client, fsid: FSID(cfg.Secret), logf: cfg.Logf,
-		dirs: newCookieCache(), conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+		dirs: newCookieCache(), conns: map[net.Conn]*listening{}, done: make(chan struct{})}
 	s.files = newOpenFiles(cfg.Client, cfg.Logf)
 	for _, e := range cfg.Exports {
 		s.exports = append(s.exports, &export{Export: e})
@@ -105,18 +104,16 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Verifier is the write verifier of this head: it changes whenever
-// buffered (UNSTABLE) writes could have been lost, so that clients resend
-// them before their COMMIT counts.
-func (s *Server) Verifier() [8]byte { return s.files.verifier() }
-
-// Requests counts the RPC requests served.
-func (s *Server) Requests() uint64 { return s.requests.Load() }
-
 // Serve accepts connections on l until Close. Each connection's requests
 // are served concurrently, up to Config.InFlight at once.
 func (s *Server) Serve(l net.Listener) error {
-	return s.serve(l, nil, func(net.Conn) {})
+	return s.serve(l, &listening{})
+}
+
+// listening is one listener's set of connections, for ServeAddress's stop.
+type listening struct {
+	valid   func() bool // nil: always
+	stopped bool        // guarded by Server.mu
 }
 
 // ServeAddress serves l while valid reports true, for a head of a highly
@@ -125,30 +122,22 @@ func (s *Server) Serve(l net.Listener) error {
 // when its reply is ready, else its connection is closed unanswered.
 // stop closes l and every connection accepted on it.
 func (s *Server) ServeAddress(l net.Listener, valid func() bool) (stop func()) {
-	var mu sync.Mutex
-	conns := map[net.Conn]struct{}{}
-	stopped := false
-	go s.serve(l, valid, func(c net.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			c.Close()
-			return
-		}
-		conns[c] = struct{}{}
-	})
+	lst := &listening{valid: valid}
+	go s.serve(l, lst)
 	return func() {
 		l.Close()
-		mu.Lock()
-		stopped = true
-		for c := range conns {
-			c.Close()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		lst.stopped = true
+		for c, of := range s.conns {
+			if of == lst {
+				c.Close()
+			}
 		}
-		mu.Unlock()
 	}
 }
 
-func (s *Server) serve(l net.Listener, valid func() bool, accepted func(net.Conn)) error {
+func (s *Server) serve(l net.Listener, lst *listening) error {
 	go func() {
 		<-s.done
 		l.Close()
@@ -166,12 +155,11 @@ func (s *Server) serve(l net.Listener, valid func() bool, accepted func(net.Conn
 			}
 			return err
 		}
-		if !s.track(conn) {
+		if !s.track(conn, lst) {
 			conn.Close()
-			return nil
+			continue
 		}
-		accepted(conn)
-		go s.serveConn(conn, valid)
+		go s.serveConn(conn, lst.valid)
 	}
 }
 
@@ -231,7 +219,6 @@ func (s *Server) limited(sem chan struct{}, svc rpcserver.Service) rpcserver.Ser
 	return func(ctx context.Context, vers, proc uint32, args io.ReadCloser, ret func(int) io.Writer) (rpcv2.AcceptedReplyData, error) {
 		sem <- struct{}{}
 		defer func() { <-sem }()
-		s.requests.Add(1)
 		answered := false
 		reply, err := svc(ctx, vers, proc, args, func(n int) io.Writer { answered = true; return ret(n) })
 		if err == nil {
@@ -245,13 +232,14 @@ func (s *Server) limited(sem chan struct{}, svc rpcserver.Service) rpcserver.Ser
 	}
 }
 
-func (s *Server) track(conn net.Conn) bool {
+// track records a connection of lst; false if the server or lst stopped.
+func (s *Server) track(conn net.Conn, lst *listening) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || lst.stopped {
 		return false
 	}
-	s.conns[conn] = struct{}{}
+	s.conns[conn] = lst
 	return true
 }
 
