@@ -3,8 +3,10 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"tandemfs/internal/nfs"
 	"tandemfs/internal/testcluster"
+	"tandemfs/internal/testenv"
 )
 
 // The NFS gateway of `tandem up --nfs` is two heads and one service
@@ -245,5 +248,58 @@ func TestNFSHeadThatWakesAfterItsLeaseDoesNotServe(t *testing.T) {
 	res, _, err := mount.ReadMountres3(h.call(mount.MOUNT_PROGRAM_PROGRAM_NUMBER, 1, encode(xdrString("/"))))
 	if _, ok := res.(*mount.Mountres3_MNT3_OK); err != nil || !ok {
 		t.Fatalf("MNT after the head woke: %v %v", err, res)
+	}
+}
+
+// libnfs, a client that retries as a hard mount does, copies
+// self-checking streams in and out through the service address while the
+// active head is killed: checkstream finds no error in either copy.
+func TestNFSHeadFailoverUnderLibnfsCopies(t *testing.T) {
+	testenv.RequireCommand(t, "nfs-cp")
+	c := testcluster.Start(t, testcluster.WithNFS())
+	st := gatewayStatus(t, c)
+	host, port, _ := net.SplitHostPort(st.Address)
+	url := func(name string) string {
+		return fmt.Sprintf("nfs://%s/%s?version=3&nfsport=%s&mountport=%s&auto-traverse-mounts=0", host, name, port, port)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	run(t, testcluster.Binary(t), "stream", "gen", "--size", "256M", "-o", in)
+	// A stream already in the file system, to copy out during the failure.
+	run(t, testcluster.Binary(t), "stream", "gen", "--size", "256M", "-o", filepath.Join(c.Mount(), "out-src"))
+
+	type copied struct {
+		what string
+		err  error
+		took time.Duration
+	}
+	done := make(chan copied, 2)
+	for _, cp := range [][3]string{{"in", in, url("in-copy")}, {"out", url("out-src"), filepath.Join(dir, "out-copy")}} {
+		go func() {
+			start := time.Now()
+			out, err := exec.Command("nfs-cp", cp[1], cp[2]).CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("%v: %s", err, out)
+			}
+			done <- copied{cp[0], err, time.Since(start)}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.KillProcess(st.Active)
+	for range 2 {
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("nfs-cp %s across the failover: %v", r.what, r.err)
+		}
+		t.Logf("nfs-cp %s of 256 MiB took %v across the failover", r.what, r.took.Round(time.Millisecond))
+	}
+	for _, copy := range []string{filepath.Join(c.Mount(), "in-copy"), filepath.Join(dir, "out-copy")} {
+		out, err := exec.Command(testcluster.Binary(t), "stream", "check", copy).CombinedOutput()
+		if err != nil {
+			t.Fatalf("checkstream of %s: %v\n%s", copy, err, out)
+		}
+	}
+	if after := gatewayStatus(t, c); after.Active == st.Active || after.Active == "" {
+		t.Fatalf("the address did not move: %+v", after)
 	}
 }
