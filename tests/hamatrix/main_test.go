@@ -31,7 +31,9 @@
 // Needs root, /dev/fuse, ip and nsenter; skipped otherwise, and under
 // -short. A failed scenario keeps
 // its directory (data, logs of every process) and says where;
-// HA_MATRIX_KEEP=1 keeps every scenario's.
+// HA_MATRIX_KEEP=1 keeps every scenario's. TestNFSMatrix (nfs_test.go)
+// is the NFS gateway's rows, in a lab of its own: its default form leaves
+// out the public-link row, which HA_MATRIX=full adds.
 package hamatrix
 
 import (

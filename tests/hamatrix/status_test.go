@@ -17,6 +17,11 @@ import (
 
 // status is the part of `tandem status --json` the matrix reads.
 type status struct {
+	// NFS is the NFS gateway (nfs_test.go), if any.
+	NFS *struct {
+		Address string `json:"address"`
+		Active  string `json:"active"`
+	} `json:"nfs"`
 	Meta struct {
 		Replicas []struct {
 			Addr  string `json:"addr"`
