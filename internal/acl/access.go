@@ -115,3 +115,15 @@ func (a ACL) permits(f *File, c *Caller, want uint16) bool {
 	}
 	return false
 }
+
+// KillSuidGid is mode without set-user-ID, and without set-group-ID when
+// group execute is set, as Linux clears them when an unprivileged user
+// writes or truncates a file, and on every chown of one (without group
+// execute, set-group-ID marks mandatory locking, and stays).
+func KillSuidGid(mode uint32) uint32 {
+	mode &^= 0o4000
+	if mode&0o010 != 0 {
+		mode &^= 0o2000
+	}
+	return mode
+}

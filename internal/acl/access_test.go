@@ -106,3 +106,17 @@ func TestPermitsAnswersAsTheKernelDoes(t *testing.T) {
 	}
 	t.Logf("%d checks agreed with the kernel", cases)
 }
+
+func TestKillSuidGidFollowsPOSIX(t *testing.T) {
+	cases := []struct{ in, want uint32 }{
+		{syscall.S_IFREG | 0o4755, syscall.S_IFREG | 0o755},  // set-user-ID goes
+		{syscall.S_IFREG | 0o2755, syscall.S_IFREG | 0o755},  // set-group-ID with group execute goes
+		{syscall.S_IFREG | 0o2745, syscall.S_IFREG | 0o2745}, // without group execute it marks mandatory locking: stays
+		{syscall.S_IFREG | 0o644, syscall.S_IFREG | 0o644},
+	}
+	for _, c := range cases {
+		if got := KillSuidGid(c.in); got != c.want {
+			t.Errorf("KillSuidGid(%o) = %o, want %o", c.in, got, c.want)
+		}
+	}
+}

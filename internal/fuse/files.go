@@ -5,6 +5,7 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
+	"tandemfs/internal/acl"
 	"tandemfs/internal/client"
 	"tandemfs/internal/proto"
 )
@@ -90,7 +91,7 @@ func openReplyFlags(flags uint32) uint32 {
 // dropPrivileges clears set-user-ID (and set-group-ID with group execute)
 // as the kernel asks when an unprivileged user writes or truncates.
 func (fs *FS) dropPrivileges(n *proto.Inode) error {
-	m := killSuidGid(n.Mode)
+	m := acl.KillSuidGid(n.Mode)
 	if m == n.Mode {
 		return nil
 	}

@@ -158,7 +158,7 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.
 	}
 	if v&gofuse.FATTR_KILL_SUIDGID != 0 && r.Valid&proto.SetMode == 0 {
 		if cur, err := fs.c.GetAttr(in.NodeId); err == nil {
-			if m := killSuidGid(cur.Mode); m != cur.Mode {
+			if m := acl.KillSuidGid(cur.Mode); m != cur.Mode {
 				r.Valid |= proto.SetMode
 				r.Mode = m
 			}
@@ -171,16 +171,6 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.
 	fillAttr(n, &out.Attr)
 	out.SetTimeout(fs.kernel.attrTimeout(n.Ino))
 	return gofuse.OK
-}
-
-// killSuidGid clears set-user-ID, and set-group-ID when group execute is
-// set, as a write or chown by an unprivileged user must.
-func killSuidGid(mode uint32) uint32 {
-	mode &^= syscall.S_ISUID
-	if mode&syscall.S_IXGRP != 0 {
-		mode &^= syscall.S_ISGID
-	}
-	return mode
 }
 
 func creds(h *gofuse.InHeader) proto.Creds { return proto.Creds{Uid: h.Uid, Gid: h.Gid} }

@@ -9,20 +9,6 @@ import (
 	"tandemfs/internal/proto"
 )
 
-func TestKillSuidGidFollowsPOSIX(t *testing.T) {
-	cases := []struct{ in, want uint32 }{
-		{syscall.S_IFREG | 0o4755, syscall.S_IFREG | 0o755},  // set-user-ID goes
-		{syscall.S_IFREG | 0o2755, syscall.S_IFREG | 0o755},  // set-group-ID with group execute goes
-		{syscall.S_IFREG | 0o2745, syscall.S_IFREG | 0o2745}, // without group execute it marks mandatory locking: stays
-		{syscall.S_IFREG | 0o644, syscall.S_IFREG | 0o644},
-	}
-	for _, c := range cases {
-		if got := killSuidGid(c.in); got != c.want {
-			t.Errorf("killSuidGid(%o) = %o, want %o", c.in, got, c.want)
-		}
-	}
-}
-
 func TestAttributesCarryNanosecondsAndBlocks(t *testing.T) {
 	n := &proto.Inode{Attr: proto.Attr{Ino: 9, Mode: syscall.S_IFREG | 0o600, Nlink: 1, Size: 1000,
 		Mtime: 1_700_000_000_123_456_789}, Stripe: proto.Stripe{ChunkSize: 4 << 20}, Written: 1000}

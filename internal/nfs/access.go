@@ -189,19 +189,9 @@ func killPrivileges(n *proto.Inode, who *acl.Caller, r *proto.SetAttrReq) {
 	if r.Valid&proto.SetMode != 0 {
 		mode = r.Mode | n.Mode&syscall.S_IFMT
 	}
-	cleared := clearSuid(mode)
+	cleared := acl.KillSuidGid(mode)
 	if cleared != mode {
 		r.Valid |= proto.SetMode
 		r.Mode = cleared
 	}
-}
-
-// clearSuid clears set-user-ID, and set-group-ID when group execute is
-// set (without it, set-group-ID marks mandatory locking, which stays).
-func clearSuid(mode uint32) uint32 {
-	mode &^= syscall.S_ISUID
-	if mode&syscall.S_IXGRP != 0 {
-		mode &^= syscall.S_ISGID
-	}
-	return mode
 }

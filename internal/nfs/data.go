@@ -115,10 +115,11 @@ func (p *nfsProgram) NfsV3Nfsproc3Write(ctx context.Context, a *nfsv3.Write3args
 // dropPrivileges clears set-user-ID and set-group-ID before a write by
 // anyone but root, as Linux's file_remove_privs.
 func (s *Server) dropPrivileges(r *request, n *proto.Inode) error {
-	if r.who.UID == 0 || n.Mode&syscall.S_ISUID == 0 && n.Mode&(syscall.S_ISGID|syscall.S_IXGRP) != syscall.S_ISGID|syscall.S_IXGRP {
+	m := acl.KillSuidGid(n.Mode)
+	if r.who.UID == 0 || m == n.Mode {
 		return nil
 	}
-	_, err := s.c.SetAttr(&proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetMode, Mode: clearSuid(n.Mode) & 0o7777})
+	_, err := s.c.SetAttr(&proto.SetAttrReq{Ino: n.Ino, Valid: proto.SetMode, Mode: m & 0o7777})
 	return err
 }
 
