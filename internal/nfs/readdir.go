@@ -2,6 +2,7 @@ package nfs
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"sync"
 	"syscall"
@@ -65,7 +66,11 @@ func (c *cookieCache) get(dir, cookie uint64) (string, bool) {
 	return name, ok
 }
 
-var errBadCookie = syscall.EBADR // mapped to NFS3ERR_BAD_COOKIE by listing callers
+// Listing failures of their own NFS statuses (listStatus).
+var (
+	errBadCookie = errors.New("no entry has this cookie")     // NFS3ERR_BAD_COOKIE
+	errTooSmall  = errors.New("not one entry fits the reply") // NFS3ERR_TOOSMALL
+)
 
 // resumeName returns the name to list after for cookie.
 func (s *Server) resumeName(dir, cookie uint64) (string, error) {
@@ -124,7 +129,17 @@ func (l *listing) add(e listed) bool {
 	return true
 }
 
+// run lists from cookie on; a reply that fits no entry, yet is not at
+// the end, is errTooSmall.
 func (l *listing) run(cookie uint64) (eof bool, err error) {
+	eof, err = l.fill(cookie)
+	if err == nil && len(l.entries) == 0 && !eof {
+		err = errTooSmall
+	}
+	return eof, err
+}
+
+func (l *listing) fill(cookie uint64) (eof bool, err error) {
 	dir := l.dir
 	if cookie == 0 {
 		if !l.add(listed{name: ".", ino: dir.Ino, cookie: cookieDot, n: dir}) {
@@ -188,11 +203,13 @@ func (s *Server) openDir(ctx context.Context, fh nfsv3.NfsFh3) (*request, *proto
 
 func xdrString(name string) int { return 4 + (len(name)+3)&^3 }
 
-// listStatus maps a listing failure; an empty reply that fits nothing is
-// NFS3ERR_TOOSMALL.
+// listStatus maps a listing failure.
 func listStatus(err error) nfsv3.Nfsstat3 {
-	if err == errBadCookie {
+	switch err {
+	case errBadCookie:
 		return nfsv3.NFS3ERR_BAD_COOKIE
+	case errTooSmall:
+		return nfsv3.NFS3ERR_TOOSMALL
 	}
 	return status(err)
 }
@@ -210,15 +227,8 @@ func (p *nfsProgram) NfsV3Nfsproc3Readdir(ctx context.Context, a *nfsv3.Readdir3
 	l := &listing{s: s, r: r, dir: dir, budget: int(min(a.Count, maxIO)) - replyOverhead,
 		size: func(name string) int { return 4 + 8 + xdrString(name) + 8 }}
 	eof, err := l.run(a.Cookie)
-	if err == nil && len(l.entries) == 0 && !eof {
-		err = syscall.ENOBUFS
-	}
 	if err != nil {
-		st := listStatus(err)
-		if errnoIs(err, syscall.ENOBUFS) {
-			st = nfsv3.NFS3ERR_TOOSMALL
-		}
-		return &nfsv3.Readdir3res_default{Status: st, Resfail: nfsv3.Readdir3resfail{DirAttributes: s.postOp(dir)}}, nil
+		return &nfsv3.Readdir3res_default{Status: listStatus(err), Resfail: nfsv3.Readdir3resfail{DirAttributes: s.postOp(dir)}}, nil
 	}
 	var head *nfsv3.Entry3
 	for i := len(l.entries) - 1; i >= 0; i-- {
@@ -249,15 +259,8 @@ func (p *nfsProgram) NfsV3Nfsproc3Readdirplus(ctx context.Context, a *nfsv3.Read
 			return 4 + d + 4 + nfsv3.Fattr3EncodedSizeBytes + 4 + 4 + handleSize
 		}}
 	eof, err := l.run(a.Cookie)
-	if err == nil && len(l.entries) == 0 && !eof {
-		err = syscall.ENOBUFS
-	}
 	if err != nil {
-		st := listStatus(err)
-		if errnoIs(err, syscall.ENOBUFS) {
-			st = nfsv3.NFS3ERR_TOOSMALL
-		}
-		return &nfsv3.Readdirplus3res_default{Status: st, Resfail: nfsv3.Readdirplus3resfail{DirAttributes: s.postOp(dir)}}, nil
+		return &nfsv3.Readdirplus3res_default{Status: listStatus(err), Resfail: nfsv3.Readdirplus3resfail{DirAttributes: s.postOp(dir)}}, nil
 	}
 	root := r.exp.root.Load()
 	var head *nfsv3.Entryplus3
