@@ -84,14 +84,35 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	t.Helper()
 	netlab.Skip(t)
 	testcluster.RequireFUSE(t)
-	bin := testcluster.Binary(t)
+	c := newCluster(t, prefix, topology)
+	c.faults = opts.faults
+	c.mnt = filepath.Join(c.dir, "mnt")
+	cleanup(t, "unmounting", c.unmount)
+	if err := os.MkdirAll(c.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if opts.fence {
+		c.writeFenceConfig()
+	}
+	c.startServers(c.startMount)
+	c.waitMounted()
+	return c
+}
 
+// newCluster builds a lab of hosts in a directory of its own, with a
+// cluster secret, and nothing running yet. The lab is closed (every
+// process in it killed) and the directory removed (kept if the test
+// failed) when the test ends.
+func newCluster(t *testing.T, prefix string, hosts []netlab.HostSpec) *cluster {
+	t.Helper()
+	bin := testcluster.Binary(t)
 	dir, err := os.MkdirTemp("", "hamatrix-"+prefix+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cleanups run last-registered first: unmount, close the lab (which
-	// kills every process in it), then delete or keep the directory.
+	// Cleanups run last-registered first: unmount (registered by the
+	// caller), close the lab (which kills every process in it), then
+	// delete or keep the directory.
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("HA_MATRIX_KEEP") != "" {
 			t.Logf("cluster data and logs kept in %s", dir)
@@ -102,30 +123,30 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	if err := netlab.Cleanup(prefix); err != nil {
 		t.Fatal(err)
 	}
-	lab, err := netlab.New(prefix, topology)
+	lab, err := netlab.New(prefix, hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, mnt: filepath.Join(dir, "mnt"), procs: map[string]*netlab.Proc{}, faults: opts.faults}
+	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, procs: map[string]*netlab.Proc{}}
 	cleanup(t, "closing the lab", func() {
 		if err := lab.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	cleanup(t, "unmounting", c.unmount)
-
-	for _, d := range []string{"logs", "mnt"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	c.writeSecret()
-	if opts.fence {
-		c.writeFenceConfig()
-	}
+	return c
+}
 
-	// meta2 and meta3 first: they are a majority and elect a leader
-	// between them, so srv1, which every scenario fails, never leads.
+// startServers starts the metadata replicas and the storage servers, then
+// whatever else runs (beforeWait), and returns once both servers are
+// online, every replicated chain serves and every replica is up. meta2 and
+// meta3 start first: they are a majority and elect a leader between them,
+// so srv1, which every scenario fails, never leads.
+func (c *cluster) startServers(beforeWait func()) {
+	c.t.Helper()
 	c.startMeta("srv2")
 	c.startMeta("third")
 	c.waitFor("a metadata leader on srv2 or third", upTimeout, func(st *status) bool { return true })
@@ -133,13 +154,13 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	for _, h := range storageHosts {
 		c.startStorage(h)
 	}
-	c.startMount()
+	if beforeWait != nil {
+		beforeWait()
+	}
 	c.waitFor("both servers online and every chain serving", upTimeout, func(st *status) bool {
 		return st.onlineServers() == len(storageHosts) && len(st.replicated()) == targetsPerServer && st.allServing()
 	})
 	c.waitReplicas()
-	c.waitMounted()
-	return c
 }
 
 // cleanup registers fn as a cleanup of t that says so when it is slow.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"tandemfs/internal/netlab"
-	"tandemfs/internal/testcluster"
 	"tandemfs/internal/testenv"
 )
 
@@ -49,46 +48,9 @@ func startNFSCluster(t *testing.T, prefix string) *cluster {
 	t.Helper()
 	netlab.Skip(t)
 	testenv.RequireCommand(t, "nfs-cp")
-	dir, err := os.MkdirTemp("", "hamatrix-"+prefix+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("HA_MATRIX_KEEP") != "" {
-			t.Logf("cluster data and logs kept in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	if err := netlab.Cleanup(prefix); err != nil {
-		t.Fatal(err)
-	}
-	lab, err := netlab.New(prefix, nfsTopology)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{t: t, lab: lab, bin: testcluster.Binary(t), dir: dir, procs: map[string]*netlab.Proc{}}
-	cleanup(t, "closing the lab", func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c.writeSecret()
+	c := newCluster(t, prefix, nfsTopology)
 	c.writeHeadFenceConfig()
-	c.startMeta("srv2")
-	c.startMeta("third")
-	c.waitFor("a metadata leader on srv2 or third", upTimeout, func(st *status) bool { return true })
-	c.startMeta("srv1")
-	for _, h := range storageHosts {
-		c.startStorage(h)
-	}
-	c.waitFor("both servers online and every chain serving", upTimeout, func(st *status) bool {
-		return st.onlineServers() == len(storageHosts) && len(st.replicated()) == targetsPerServer && st.allServing()
-	})
-	c.waitReplicas()
+	c.startServers(nil)
 	for _, h := range []string{"gw1", "gw2"} {
 		c.startHead(h)
 	}
