@@ -181,7 +181,7 @@ func (r *rawNFS) commit(fh []byte) ([8]byte, nfsv3.Nfsstat3) {
 // resends the writes it had not committed; its file handles stay valid.
 func TestNFSGatewayCommitAndWriteVerifier(t *testing.T) {
 	c := testcluster.Start(t)
-	g := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash)")
+	g := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash,unstable)")
 	r := dialRaw(t, g.addr, 0, 0)
 	root, mst := r.mnt("/")
 	if mst != mount.MNT3_OK {
@@ -197,6 +197,9 @@ func TestNFSGatewayCommitAndWriteVerifier(t *testing.T) {
 		res, st := r.write(fh, uint64(off), data[off:off+1<<20], nfsv3.UNSTABLE)
 		if st != nfsv3.NFS3_OK {
 			t.Fatalf("WRITE: %d", st)
+		}
+		if res.Committed != nfsv3.UNSTABLE {
+			t.Fatalf("an UNSTABLE write through an unstable export answered %v, not UNSTABLE", res.Committed)
 		}
 		if off > 0 && res.Verf != verf {
 			t.Fatal("the verifier changed between two UNSTABLE writes to a healthy gateway")
@@ -216,13 +219,28 @@ func TestNFSGatewayCommitAndWriteVerifier(t *testing.T) {
 	}
 
 	g.stop()
-	g2 := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash)")
+	g2 := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash,unstable)")
 	r2 := dialRaw(t, g2.addr, 0, 0)
 	if attrs, st := r2.getattr(fh); st != nfsv3.NFS3_OK || attrs.Size != uint64(len(data)) {
 		t.Fatalf("a handle from before the restart: status %d, attributes %+v", st, attrs)
 	}
 	if got, st := r2.commit(fh); st != nfsv3.NFS3_OK || got == verf {
 		t.Fatalf("COMMIT after a restart: status %d, verifier %x, the same as before: a client would not resend", st, got)
+	}
+}
+
+// Without the unstable option every write is durable before its reply:
+// an UNSTABLE one is answered FILE_SYNC, so that a client that ignores
+// the write verifier (libnfs) loses nothing when the head dies.
+func TestNFSGatewayAnswersUnstableWritesStableByDefault(t *testing.T) {
+	c := testcluster.Start(t)
+	g := startGateway(t, c, "/ 127.0.0.0/8(rw,no_root_squash)")
+	r := dialRaw(t, g.addr, 0, 0)
+	root, _ := r.mnt("/")
+	fh, _ := r.create(root, "f")
+	res, st := r.write(fh, 0, []byte("durable"), nfsv3.UNSTABLE)
+	if st != nfsv3.NFS3_OK || res.Committed != nfsv3.FILE_SYNC {
+		t.Fatalf("UNSTABLE write: status %d, committed %v; want FILE_SYNC", st, res)
 	}
 }
 

@@ -92,12 +92,12 @@ func (p *nfsProgram) NfsV3Nfsproc3Write(ctx context.Context, a *nfsv3.Write3args
 	if err := s.dropPrivileges(r, n); err != nil {
 		return fail(err, n)
 	}
-	// DATA_SYNC and FILE_SYNC writes go through the file's O_SYNC handle:
-	// data, size and mtime durable before the reply (FILE_SYNC's
-	// promise, which covers DATA_SYNC's).
-	open, committed := s.files.open, nfsv3.UNSTABLE
-	if a.Stable != nfsv3.UNSTABLE {
-		open, committed = s.files.openStable, nfsv3.FILE_SYNC
+	// Stable writes go through the file's O_SYNC handle: data, size and
+	// mtime durable before the reply (FILE_SYNC's promise, which covers
+	// DATA_SYNC's). UNSTABLE ones too, unless the export says unstable.
+	open, committed := s.files.openStable, nfsv3.FILE_SYNC
+	if a.Stable == nfsv3.UNSTABLE && r.rule.Unstable {
+		open, committed = s.files.open, nfsv3.UNSTABLE
 	}
 	h, done, err := open(n)
 	if err != nil {

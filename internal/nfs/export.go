@@ -31,6 +31,12 @@ type Rule struct {
 	// Secure asks for a source port below 1024, which only root on the
 	// client host can bind (off by default, as NFS-Ganesha).
 	Secure bool
+	// Unstable answers UNSTABLE writes once they are in the head's
+	// write-behind, durable at the client's COMMIT. Off (the default),
+	// every write is durable before its reply, and answered FILE_SYNC:
+	// a client that does not resend when the write verifier changes
+	// (libnfs does not) loses no acknowledged write at a failover.
+	Unstable bool
 }
 
 // Export is a directory of the file system served to client networks,
@@ -199,12 +205,14 @@ func (r *Rule) apply(opt string) error {
 		r.Secure = true
 	case "insecure":
 		r.Secure = false
+	case "unstable":
+		r.Unstable = true
 	case "sync", "no_subtree_check", "wdelay", "no_wdelay", "":
 		// sync is what the gateway always does; it checks no subtrees.
 	case "async":
 		return fmt.Errorf("option async is refused: it acknowledges writes before they are stable, and a failover then loses them (the NSS-HA paper's 1,487 checkstream errors); UNSTABLE writes with COMMIT are already buffered safely")
 	default:
-		return fmt.Errorf("unknown export option %q (known: rw, ro, root_squash, no_root_squash, all_squash, anonuid=N, anongid=N, secure, insecure, sync)", name)
+		return fmt.Errorf("unknown export option %q (known: rw, ro, root_squash, no_root_squash, all_squash, anonuid=N, anongid=N, secure, insecure, sync, unstable)", name)
 	}
 	return err
 }
