@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -107,7 +108,12 @@ func (g *gateway) nfsMount(t *testing.T, export string, uid, gid uint32) *nfsc.T
 }
 
 func (g *gateway) tryMount(export string, uid, gid uint32) (*nfsc.Target, error) {
+	// The library binds a random local port of its own and tries again
+	// on a port in use only for privileged ones: here, up to ten times.
 	rc, err := nfsrpc.DialTCP("tcp", g.addr, false)
+	for i := 0; i < 10 && errors.Is(err, syscall.EADDRINUSE); i++ {
+		rc, err = nfsrpc.DialTCP("tcp", g.addr, false)
+	}
 	if err != nil {
 		return nil, err
 	}
