@@ -163,8 +163,8 @@ func runHead(c *client.Client, srv *nfs.Server, logger *log.Logger, ha haSetting
 	logger.Printf("head %s: asking for %v (lease %v)", ha.head, ha.services, ha.lease)
 	err := nfsha.Run(ctx, nfsha.Config{Head: ha.head, HeadAddr: ha.headAddr, Client: c, Services: svcs, Lease: ha.lease,
 		Logf: logger.Printf,
-		Serve: func(svc nfsha.Service, l net.Listener, valid func() bool) func() {
-			return srv.ServeAddress(l, valid)
+		Serve: func(svc nfsha.Service, l net.Listener, valid func() bool, connected func()) nfsha.Serving {
+			return srv.ServeAddress(l, valid, connected)
 		}})
 	logger.Printf("stopping: flushing the files held open")
 	srv.Close()

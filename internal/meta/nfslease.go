@@ -36,7 +36,8 @@ type nfsLease struct {
 	Head     string
 	HeadAddr string
 	Epoch    uint64
-	Expires  int64 // unix ns, by the clock of the leader that granted it
+	Expires  int64    // unix ns, by the clock of the leader that granted it
+	Clients  []string // the holder's client connections, as it last reported them
 }
 
 func (l *nfsLease) marshal() []byte {
@@ -46,6 +47,10 @@ func (l *nfsLease) marshal() []byte {
 	e.String(l.HeadAddr)
 	e.U64(l.Epoch)
 	e.I64(l.Expires)
+	e.U32(uint32(len(l.Clients)))
+	for _, c := range l.Clients {
+		e.String(c)
+	}
 	return e.B
 }
 
@@ -53,6 +58,12 @@ func unmarshalNFSLease(b []byte) (*nfsLease, error) {
 	d := wire.NewDec(b)
 	l := &nfsLease{Address: d.String(proto.MaxNFSName), Head: d.String(proto.MaxNFSName),
 		HeadAddr: d.String(proto.MaxNFSName), Epoch: d.U64(), Expires: d.I64()}
+	if n := d.Count(proto.MaxNFSClients, 4); n > 0 {
+		l.Clients = make([]string, n)
+		for i := range l.Clients {
+			l.Clients[i] = d.String(proto.MaxNFSName)
+		}
+	}
 	return l, d.Finish()
 }
 
@@ -66,28 +77,36 @@ func loadNFSLease(r reader, address string) (*nfsLease, error) {
 
 // applyNFSLease is the state machine's side: renew for the holder, give
 // back, or grant to the asker if the epoch is still the one the leader
-// decided on.
+// decided on. A grant that starts a new epoch hands the last holder's
+// client connections to the new one, which resets them: a head cut off
+// from the network could not close them itself.
 func (t *tx) applyNFSLease(r *proto.NFSLeaseReq, expect uint64, out *wire.Enc) error {
 	l, err := loadNFSLease(t.b, r.Address)
 	if err != nil {
 		return err
 	}
 	granted := false
+	var handover []string
 	switch {
 	case r.Release:
-		if l.Head == r.Head {
-			l.Head, l.HeadAddr, l.Expires = "", "", 0
+		if l.Head == r.Head { // it closed its connections itself
+			l.Head, l.HeadAddr, l.Expires, l.Clients = "", "", 0, nil
 		}
 	case l.Head == r.Head:
 		if l.Expires < t.now {
 			l.Epoch++ // it had lapsed: the head serves anew
+			handover, l.Clients = l.Clients, nil
 		}
 		l.Expires, l.HeadAddr, granted = t.now+r.Duration, r.HeadAddr, true
 	case l.Epoch == expect:
+		handover, l.Clients = l.Clients, nil
 		l.Head, l.HeadAddr, l.Epoch, l.Expires, granted = r.Head, r.HeadAddr, l.Epoch+1, t.now+r.Duration, true
 	}
+	if granted && r.SetClients {
+		l.Clients = r.Clients
+	}
 	t.b.Set(nfsLeaseKey(r.Address), l.marshal(), nil)
-	reply := proto.NFSLeaseReply{Granted: granted, Holder: l.Head, Epoch: l.Epoch}
+	reply := proto.NFSLeaseReply{Granted: granted, Holder: l.Head, Epoch: l.Epoch, Clients: handover}
 	reply.Encode(out)
 	return nil
 }

@@ -112,29 +112,55 @@ func (s *Server) Serve(l net.Listener) error {
 
 // listening is one listener's set of connections, for ServeAddress's stop.
 type listening struct {
-	valid   func() bool // nil: always
-	stopped bool        // guarded by Server.mu
+	valid     func() bool // nil: always
+	connected func()      // nil: nothing
+	stopped   bool        // guarded by Server.mu
+}
+
+// Listening is a service address served by ServeAddress.
+type Listening struct {
+	s   *Server
+	l   net.Listener
+	lst *listening
 }
 
 // ServeAddress serves l while valid reports true, for a head of a highly
 // available gateway that holds l's address by a lease (internal/nfsha):
 // a request is answered only if the lease is valid when it arrives and
 // when its reply is ready, else its connection is closed unanswered.
-// stop closes l and every connection accepted on it.
-func (s *Server) ServeAddress(l net.Listener, valid func() bool) (stop func()) {
-	lst := &listening{valid: valid}
+// connected, if not nil, is called after each connection accepted (the
+// head reports its clients to the leader: nfsha's tickle ACKs).
+func (s *Server) ServeAddress(l net.Listener, valid func() bool, connected func()) *Listening {
+	lst := &listening{valid: valid, connected: connected}
 	go s.serve(l, lst)
-	return func() {
-		l.Close()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		lst.stopped = true
-		for c, of := range s.conns {
-			if of == lst {
-				c.Close()
-			}
+	return &Listening{s: s, l: l, lst: lst}
+}
+
+// Stop closes the listener and every connection accepted on it.
+func (sa *Listening) Stop() {
+	sa.l.Close()
+	sa.s.mu.Lock()
+	defer sa.s.mu.Unlock()
+	sa.lst.stopped = true
+	for c, of := range sa.s.conns {
+		if of == sa.lst {
+			c.Close()
 		}
 	}
+}
+
+// Clients lists the remote addresses (IP:port) of the connections open
+// on the listener, in no particular order.
+func (sa *Listening) Clients() []string {
+	sa.s.mu.Lock()
+	defer sa.s.mu.Unlock()
+	var out []string
+	for c, of := range sa.s.conns {
+		if of == sa.lst {
+			out = append(out, c.RemoteAddr().String())
+		}
+	}
+	return out
 }
 
 func (s *Server) serve(l net.Listener, lst *listening) error {
@@ -158,6 +184,9 @@ func (s *Server) serve(l net.Listener, lst *listening) error {
 		if !s.track(conn, lst) {
 			conn.Close()
 			continue
+		}
+		if lst.connected != nil {
+			lst.connected()
 		}
 		go s.serveConn(conn, lst.valid)
 	}

@@ -4,7 +4,8 @@
 // before the lease can have run out at the leader (meta/nfslease.go).
 // The address itself is added to an interface with netlink and announced
 // with gratuitous ARP (address.go), so that clients reach the new head
-// after a failover without changing anything.
+// after a failover without changing anything, and the connections clients
+// had to the old head are reset so that they reconnect (tickle.go).
 package nfsha
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +35,14 @@ type Service struct {
 }
 
 // Serve starts serving a listener on a service address while valid
-// reports true; stop ends it and closes every connection.
-type Serve func(svc Service, l net.Listener, valid func() bool) (stop func())
+// reports true, and calls connected after each connection it accepts.
+type Serve func(svc Service, l net.Listener, valid func() bool, connected func()) Serving
+
+// Serving is a service address being served.
+type Serving interface {
+	Stop()             // close the listener and every connection
+	Clients() []string // the remote IP:port of each open connection
+}
 
 // Config configures a head.
 type Config struct {
@@ -61,7 +69,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var wg sync.WaitGroup
 	for _, svc := range cfg.Services {
-		k := &keeper{cfg: &cfg, svc: svc, start: time.Now()}
+		k := &keeper{cfg: &cfg, svc: svc, start: time.Now(), connected: make(chan struct{}, 1)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -79,10 +87,14 @@ type keeper struct {
 	start time.Time    // the monotonic base of deadline
 	until atomic.Int64 // ns after start until which the lease is valid here; 0: none
 
-	mu      sync.Mutex
-	holding bool
-	stop    func()
-	timer   *time.Timer
+	connected chan struct{} // a client connected: report it now
+
+	mu       sync.Mutex
+	holding  bool
+	serving  Serving
+	stopTick chan struct{} // closed when it stops serving: ends the tickles
+	reported []string      // the clients the leader has from this head
+	timer    *time.Timer
 }
 
 // valid reports whether this head may still answer on the address.
@@ -98,13 +110,49 @@ func (k *keeper) run(ctx context.Context) {
 		if k.isHolding() {
 			wait = k.cfg.Lease / 4 // the holder's renewal
 		}
-		select {
-		case <-ctx.Done():
+		if !k.sleep(ctx, wait) {
 			k.giveBack()
 			return
-		case <-time.After(wait):
 		}
 	}
+}
+
+// sleep waits until the next request is due, or less when a client has
+// connected (so that a head cut off a moment later has reported it; a
+// connection that ends is reported with the next renewal); false when
+// ctx ends.
+func (k *keeper) sleep(ctx context.Context, wait time.Duration) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	case <-k.connected:
+	}
+	return true
+}
+
+// clientConnected wakes the keeper to report a new connection.
+func (k *keeper) clientConnected() {
+	select {
+	case k.connected <- struct{}{}:
+	default:
+	}
+}
+
+// clients lists the holder's client connections (at most
+// proto.MaxNFSClients), sorted, and whether the leader has another list.
+func (k *keeper) clients() ([]string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.holding {
+		return nil, false
+	}
+	now := k.serving.Clients()
+	slices.Sort(now)
+	now = now[:min(len(now), proto.MaxNFSClients)]
+	return now, !slices.Equal(now, k.reported)
 }
 
 func (k *keeper) isHolding() bool {
@@ -121,8 +169,12 @@ func (k *keeper) ask(ctx context.Context, release bool) {
 	sent := time.Since(k.start)
 	callCtx, cancel := context.WithTimeout(ctx, k.cfg.Lease/2)
 	defer cancel()
-	reply, err := k.cfg.Client.NFSLease(callCtx, &proto.NFSLeaseReq{Head: k.cfg.Head, HeadAddr: k.cfg.HeadAddr,
-		Address: k.svc.Address, Duration: int64(k.cfg.Lease), Release: release})
+	req := &proto.NFSLeaseReq{Head: k.cfg.Head, HeadAddr: k.cfg.HeadAddr,
+		Address: k.svc.Address, Duration: int64(k.cfg.Lease), Release: release}
+	if !release {
+		req.Clients, req.SetClients = k.clients()
+	}
+	reply, err := k.cfg.Client.NFSLease(callCtx, req)
 	switch {
 	case err != nil:
 		if k.isHolding() {
@@ -130,7 +182,10 @@ func (k *keeper) ask(ctx context.Context, release bool) {
 		}
 	case reply.Granted:
 		k.extend(sent + k.cfg.Lease*9/10)
-		if !k.isHolding() && !k.take(reply.Epoch) {
+		if req.SetClients {
+			k.setReported(req.Clients)
+		}
+		if !k.isHolding() && !k.take(reply.Epoch, reply.Clients) {
 			k.until.Store(0)
 			k.ask(ctx, true) // another head may serve it
 		}
@@ -154,9 +209,16 @@ func (k *keeper) extend(until time.Duration) {
 	})
 }
 
+func (k *keeper) setReported(clients []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.reported = clients
+}
+
 // take starts serving: the address on its interface, a listener, the
-// announcement.
-func (k *keeper) take(epoch uint64) bool {
+// announcement, and the resets of the last holder's client connections
+// (tickle.go).
+func (k *keeper) take(epoch uint64, lastClients []string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.holding {
@@ -171,9 +233,10 @@ func (k *keeper) take(epoch uint64) bool {
 		k.cfg.Logf("nfs ha: %s: %v (giving the lease back)", k.svc.Address, err)
 		return false
 	}
-	k.stop = k.cfg.Serve(k.svc, l, k.valid)
-	k.holding = true
+	k.serving = k.cfg.Serve(k.svc, l, k.valid, k.clientConnected)
+	k.holding, k.reported, k.stopTick = true, nil, make(chan struct{})
 	announce(k.svc, k.cfg.Logf)
+	go tickle(k.svc, lastClients, k.stopTick, k.cfg.Logf)
 	k.cfg.Logf("nfs ha: serving %s (lease epoch %d)", k.svc.Address, epoch)
 	return true
 }
@@ -186,8 +249,9 @@ func (k *keeper) lose(why string) {
 		return
 	}
 	k.until.Store(0)
-	k.stop()
-	k.holding = false
+	k.serving.Stop()
+	close(k.stopTick)
+	k.holding, k.serving, k.reported = false, nil, nil
 	if err := removeAddress(k.svc); err != nil {
 		k.cfg.Logf("nfs ha: %s: removing the address: %v", k.svc.Address, err)
 	}

@@ -10,6 +10,10 @@ import "tandemfs/internal/wire"
 // MaxNFSName bounds head IDs and addresses in NFS lease messages.
 const MaxNFSName = 256
 
+// MaxNFSClients bounds the client connections a head reports per service
+// address; a head with more reports the first this many.
+const MaxNFSClients = 4096
+
 // NFSLeaseReq asks for the lease of a service address, renews it, or
 // (Release) gives it back.
 type NFSLeaseReq struct {
@@ -18,6 +22,12 @@ type NFSLeaseReq struct {
 	Address  string // the service address, host:port
 	Duration int64  // ns the lease lasts from the leader's grant
 	Release  bool
+	// Clients, when SetClients, replaces the TCP peers (IP:port) the
+	// holder has connections from. The head that takes the address next
+	// gets them back, to reset connections its kernel knows nothing of
+	// (internal/nfsha, "tickle ACKs").
+	SetClients bool
+	Clients    []string
 }
 
 func (r *NFSLeaseReq) Encode(e *wire.Enc) {
@@ -26,6 +36,8 @@ func (r *NFSLeaseReq) Encode(e *wire.Enc) {
 	e.String(r.Address)
 	e.I64(r.Duration)
 	e.Bool(r.Release)
+	e.Bool(r.SetClients)
+	encodeStrings(e, r.Clients)
 }
 
 func (r *NFSLeaseReq) Decode(d *wire.Dec) {
@@ -34,26 +46,52 @@ func (r *NFSLeaseReq) Decode(d *wire.Dec) {
 	r.Address = d.String(MaxNFSName)
 	r.Duration = d.I64()
 	r.Release = d.Bool()
+	r.SetClients = d.Bool()
+	r.Clients = decodeStrings(d, MaxNFSClients)
 }
 
 // NFSLeaseReply says whether the asking head holds the address, and who
-// does. Epoch counts the address's changes of holder.
+// does. Epoch counts the address's changes of holder. A grant that starts
+// a new epoch carries the client connections the last holder reported:
+// the new holder resets them.
 type NFSLeaseReply struct {
 	Granted bool
 	Holder  string
 	Epoch   uint64
+	Clients []string
 }
 
 func (r *NFSLeaseReply) Encode(e *wire.Enc) {
 	e.Bool(r.Granted)
 	e.String(r.Holder)
 	e.U64(r.Epoch)
+	encodeStrings(e, r.Clients)
 }
 
 func (r *NFSLeaseReply) Decode(d *wire.Dec) {
 	r.Granted = d.Bool()
 	r.Holder = d.String(MaxNFSName)
 	r.Epoch = d.U64()
+	r.Clients = decodeStrings(d, MaxNFSClients)
+}
+
+func encodeStrings(e *wire.Enc, ss []string) {
+	e.U32(uint32(len(ss)))
+	for _, s := range ss {
+		e.String(s)
+	}
+}
+
+func decodeStrings(d *wire.Dec, max int) []string {
+	n := d.Count(max, 4)
+	if n == 0 {
+		return nil
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		ss[i] = d.String(MaxNFSName)
+	}
+	return ss
 }
 
 // NFSService is a service address as `tandem status` shows it: which head

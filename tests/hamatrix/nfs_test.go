@@ -114,22 +114,19 @@ type nfsScenario struct {
 	id    string
 	name  string
 	moves bool
-	// full: only in the full matrix (HA_MATRIX=full). The public link row
-	// is there while a copy can hang in it (docs/ha.md, "NFS gateway").
-	full bool
 	// fail injects the failure on the active head's host (or under it)
 	// and returns how to heal it.
 	fail func(c *cluster, active string) (heal func())
 }
 
 var nfsScenarios = []nfsScenario{
-	{"head_crash", "active head killed (kill -9)", true, false, func(c *cluster, active string) func() {
+	{"head_crash", "active head killed (kill -9)", true, func(c *cluster, active string) func() {
 		if err := c.proc("nfs", active).Kill9(); err != nil {
 			c.t.Fatal(err)
 		}
 		return func() { c.restartHead(active) }
 	}},
-	{"head_hang", "active head hangs (SIGSTOP for " + hold.String() + ", then SIGCONT)", true, false, func(c *cluster, active string) func() {
+	{"head_hang", "active head hangs (SIGSTOP for " + hold.String() + ", then SIGCONT)", true, func(c *cluster, active string) func() {
 		if err := c.proc("nfs", active).Stop(); err != nil {
 			c.t.Fatal(err)
 		}
@@ -139,7 +136,7 @@ var nfsScenarios = []nfsScenario{
 			c.restartHead(active)
 		}
 	}},
-	{"head_public_link_down", "active head's public link down for " + hold.String(), true, true, func(c *cluster, active string) func() {
+	{"head_public_link_down", "active head's public link down for " + hold.String(), true, func(c *cluster, active string) func() {
 		if err := c.host(active).LinkDown(netlab.Public); err != nil {
 			c.t.Fatal(err)
 		}
@@ -149,7 +146,7 @@ var nfsScenarios = []nfsScenario{
 			c.restartHead(active)
 		}
 	}},
-	{"head_private_link_down", "active head's private link down for " + hold.String(), false, false, func(c *cluster, active string) func() {
+	{"head_private_link_down", "active head's private link down for " + hold.String(), false, func(c *cluster, active string) func() {
 		if err := c.host(active).LinkDown(netlab.Private); err != nil {
 			c.t.Fatal(err)
 		}
@@ -158,7 +155,7 @@ var nfsScenarios = []nfsScenario{
 			c.host(active).LinkUp(netlab.Private)
 		}
 	}},
-	{"storage_crash", "a storage server under the active head crashes (kill -9 of srv1's storage)", false, false, func(c *cluster, active string) func() {
+	{"storage_crash", "a storage server under the active head crashes (kill -9 of srv1's storage)", false, func(c *cluster, active string) func() {
 		if err := c.proc("storage", "srv1").Kill9(); err != nil {
 			c.t.Fatal(err)
 		}
@@ -202,9 +199,6 @@ func TestNFSMatrix(t *testing.T) {
 	t.Logf("a %s copy in without failures: %v", nfsStream, baseline.Round(time.Millisecond))
 
 	for i, sc := range nfsScenarios {
-		if sc.full && os.Getenv("HA_MATRIX") != "full" {
-			continue
-		}
 		t.Run(fmt.Sprintf("%d_%s", i+1, sc.id), func(t *testing.T) {
 			c.t = t
 			before := c.waitFor("an active head", upTimeout, func(st *status) bool { return st.NFS != nil && st.NFS.Active != "" })
