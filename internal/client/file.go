@@ -730,6 +730,11 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 	if st != nil {
 		st.ra.invalidate()
 	}
+	if n.Stripe.EC.On() {
+		// The metadata service cuts an erasure-coded file's stripes with
+		// its size (stripe versions are never changed in place).
+		return nil
+	}
 	return c.trimChunks(&n, size)
 }
 

@@ -156,8 +156,10 @@ func (f *FSM) reloadChains() {
 		return
 	}
 	byReplicas := spreadChains(chains, targets)
+	domains := shardDomains(chains, targets)
 	f.chainsMu.Lock()
 	f.chainsByReplicas = byReplicas
+	f.shardDomains = domains
 	f.chainsMu.Unlock()
 }
 

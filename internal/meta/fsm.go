@@ -65,6 +65,7 @@ type FSM struct {
 
 	chainsMu         sync.Mutex
 	chainsByReplicas map[int][]uint32 // chain IDs by number of members
+	shardDomains     [][]uint32       // chains of one target, by server (ecplace.go)
 }
 
 // result is what Apply returns through the raft future.
@@ -264,6 +265,10 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.InoReq
 		r.Decode(d)
 		return decoded(d, func() error { return t.release(&r) })
+	case proto.OpECGen:
+		var r proto.InoReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.ecGen(&r, out) })
 	case proto.OpRegisterServer:
 		var r proto.RegisterServerReq
 		r.Decode(d)

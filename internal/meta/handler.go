@@ -34,6 +34,7 @@ var mutations = map[uint16]func() decoder{
 	proto.OpResyncDone:     func() decoder { return &proto.ResyncDoneReq{} },
 	proto.OpTargetFailed:   func() decoder { return &proto.TargetFailedReq{} },
 	proto.OpQuotaSet:       func() decoder { return &proto.QuotaSetReq{} },
+	proto.OpECGen:          func() decoder { return &proto.InoReq{} },
 }
 
 func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
@@ -92,6 +93,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, &r, func() error { return s.listXattr(&r, out) })
 	case proto.OpStatFs:
 		return read(d, nil, func() error { return s.statFs(out) })
+	case proto.OpECStripes:
+		var r proto.ECStripesReq
+		return read(d, &r, func() error { return s.ecStripes(&r, out) })
 	case proto.OpQuotaList:
 		var r proto.QuotaListReq
 		return read(d, &r, func() error { return s.quotaList(&r, out) })

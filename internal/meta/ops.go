@@ -59,15 +59,16 @@ func (t *tx) create(r *proto.CreateReq, out *wire.Enc) error {
 		}
 		n.Target = r.Target
 		n.Size = uint64(len(r.Target))
-	case sIFREG:
-		n.Stripe = parent.Stripe
-		n.Chains = t.f.pickChains(ino, &n.Stripe)
-		n.Inline = t.f.inlineLimit > 0
-	case 0:
+	case sIFREG, 0:
 		n.Mode |= sIFREG
 		n.Stripe = parent.Stripe
-		n.Chains = t.f.pickChains(ino, &n.Stripe)
 		n.Inline = t.f.inlineLimit > 0
+		// A file without chains yet (no targets, or too few servers for
+		// its erasure coding) can still live inline; writing past the
+		// inline limit then gets the error.
+		if err := t.assignChains(n); err != nil && n.Stripe.EC.On() && !n.Inline {
+			return err
+		}
 	}
 	if err := t.inheritACL(parent, n, r.Umask); err != nil {
 		return err
@@ -422,9 +423,8 @@ func (t *tx) resize(n *inodeRec, size uint64) error {
 			// Growing past the limit: nothing but zeros to move, so the
 			// file simply becomes a (sparse) file on its chains.
 			if len(n.Chains) == 0 {
-				n.Chains = t.f.pickChains(n.Ino, &n.Stripe)
-				if len(n.Chains) == 0 {
-					return errNoTargets
+				if err := t.assignChains(n); err != nil {
+					return err
 				}
 			}
 			n.Inline = false
@@ -432,6 +432,11 @@ func (t *tx) resize(n *inodeRec, size uint64) error {
 			n.Written = 0
 		} else {
 			return rpc.Errorf(syscall.EFBIG, "inline file %d must be moved to targets before growing past %d bytes", n.Ino, t.f.inlineLimit)
+		}
+	}
+	if !n.Inline && n.Stripe.EC.On() && size < n.Size {
+		if err := t.truncateECStripes(n, size); err != nil {
+			return err
 		}
 	}
 	n.Size = size
@@ -519,9 +524,8 @@ func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
 	if len(n.Chains) == 0 {
-		n.Chains = t.f.pickChains(n.Ino, &n.Stripe)
-		if len(n.Chains) == 0 {
-			return errNoTargets
+		if err := t.assignChains(n); err != nil {
+			return err
 		}
 	}
 	if !r.AssignOnly {
@@ -556,6 +560,9 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 	}
 	if len(r.Inline) > 0 {
 		t.touch(n)
+	}
+	if err := t.applyECUpdates(n, r.EC); err != nil {
+		return err
 	}
 	if r.Size > n.Size && !n.Inline {
 		n.Size = r.Size
@@ -636,6 +643,17 @@ func (t *tx) setStripe(r *proto.SetStripeReq) error {
 	if s.Replicas > 3 {
 		return rpc.Errorf(syscall.EINVAL, "replication factor %d exceeds 3", s.Replicas)
 	}
+	if !s.EC.On() && s.EC != (proto.ECPattern{}) {
+		return rpc.Errorf(syscall.EINVAL, "erasure coding %s: no data shard", ecPatternText(s.EC))
+	}
+	if s.EC.On() {
+		if s.Replicas > 0 {
+			return rpc.Errorf(syscall.EINVAL, "a pattern is erasure coded (%s) or copied (%d replicas), not both", ecPatternText(s.EC), s.Replicas)
+		}
+		if err := t.f.checkECPattern(s.EC); err != nil {
+			return err
+		}
+	}
 	n.Stripe = effectiveStripe(s, n.Stripe)
 	n.Ctime = t.now
 	t.putInode(n)
@@ -697,5 +715,13 @@ type initReq struct {
 	InlineLimit uint32
 }
 
-func (r *initReq) Encode(e *wire.Enc) { r.Stripe.Encode(e); e.U32(r.InlineLimit) }
-func (r *initReq) Decode(d *wire.Dec) { r.Stripe.Decode(d); r.InlineLimit = d.U32() }
+func (r *initReq) Encode(e *wire.Enc) {
+	r.Stripe.Encode(e)
+	e.U32(r.InlineLimit)
+	r.Stripe.EC.Encode(e)
+}
+func (r *initReq) Decode(d *wire.Dec) {
+	r.Stripe.Decode(d)
+	r.InlineLimit = d.U32()
+	r.Stripe.EC.DecodeOptional(d)
+}

@@ -11,7 +11,8 @@ const (
 	recordVersion1 = 1 // inode without Version
 	recordVersion2 = 2 // inode without Written
 	recordVersion3 = 3 // inode without Project
-	recordVersion  = 4
+	recordVersion4 = 4 // inode without an erasure-coding pattern
+	recordVersion  = 5
 )
 
 // inodeRec is an inode as stored: what clients see plus the parent of a
@@ -29,6 +30,7 @@ func (r *inodeRec) marshal() []byte {
 	e.U64(r.Parent)
 	e.U64(r.Written)
 	e.U32(r.Project)
+	r.Stripe.EC.Encode(e)
 	return e.B
 }
 
@@ -37,7 +39,7 @@ func unmarshalInode(b []byte) (*inodeRec, error) {
 	r := &inodeRec{}
 	v := d.U8()
 	switch v {
-	case recordVersion, recordVersion3, recordVersion2:
+	case recordVersion, recordVersion4, recordVersion3, recordVersion2:
 		r.Version = d.U64()
 	case recordVersion1: // written before inodes had versions
 	default:
@@ -50,8 +52,11 @@ func unmarshalInode(b []byte) (*inodeRec, error) {
 	} else {
 		r.Written = r.Size // older records: count the file as written whole
 	}
-	if v >= recordVersion {
+	if v >= recordVersion4 {
 		r.Project = d.U32()
+	}
+	if v >= recordVersion {
+		r.Stripe.EC.Decode(d)
 	}
 	return r, d.Finish()
 }

@@ -54,3 +54,26 @@ func TestInodeRecordsOfVersion2CountTheirFilesWritten(t *testing.T) {
 		t.Fatalf("a record written now: %+v, %v", again, err)
 	}
 }
+
+// Records written before erasure coding load as copied files, and a
+// record written now keeps its file's coding.
+func TestInodeRecordsOfVersion4HaveNoErasureCoding(t *testing.T) {
+	var n proto.Inode
+	n.Ino, n.Size, n.Mode, n.Chains, n.Project = 42, 3<<20, sIFREG|0o644, []uint32{1}, 5
+	e := wire.NewEnc(nil)
+	e.U8(recordVersion4)
+	e.U64(9) // version
+	n.EncodeBody(e)
+	e.U64(7)       // parent
+	e.U64(3 << 20) // written
+	e.U32(n.Project)
+	r, err := unmarshalInode(e.B)
+	if err != nil || r.Stripe.EC.On() || r.Project != 5 || r.Version != 9 {
+		t.Fatalf("decoded %+v, %v", r, err)
+	}
+	r.Stripe.EC = proto.ECPattern{Data: 8, Parity: 2}
+	again, err := unmarshalInode(r.marshal())
+	if err != nil || again.Stripe.EC != r.Stripe.EC || again.Project != 5 {
+		t.Fatalf("a record written now: %+v, %v", again, err)
+	}
+}

@@ -186,6 +186,11 @@ func (t *tx) dropInode(r *inodeRec) {
 		it.Close()
 	}
 	t.b.Delete(orphanKey(r.Ino), nil)
+	if r.isReg() && r.Stripe.EC.On() {
+		if err := t.dropECStripes(r.Ino); err != nil {
+			t.f.logf("forgetting the stripes of removed file %d: %v", r.Ino, err)
+		}
+	}
 	if r.isReg() && !r.Inline && len(r.Chains) > 0 {
 		t.b.Set(garbageKey(r.Ino), encodeChains(r.Chains), nil)
 	}
@@ -267,8 +272,13 @@ func effectiveStripe(s, def proto.Stripe) proto.Stripe {
 	if s.Count == 0 {
 		s.Count = def.Count
 	}
-	if s.Replicas == 0 {
-		s.Replicas = def.Replicas
+	switch {
+	case s.EC.On():
+		s.Replicas = 0 // the file is coded, not copied
+	case s.Replicas != 0:
+		// Copies asked for: new files are no longer coded.
+	default:
+		s.Replicas, s.EC = def.Replicas, def.EC
 	}
 	return s
 }

@@ -43,6 +43,8 @@ const (
 	OpQuotaSet  // set a user's, group's or project's limits (quota.go)
 	OpQuotaList // every quota's usage and limits, and the grace periods (quota.go)
 	OpNFSLease  // an NFS gateway head asks for, renews or gives back a service address (nfs.go)
+	OpECGen     // a write generation of an erasure-coded file (ec.go)
+	OpECStripes // the recorded stripes of an erasure-coded file (ec.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.
@@ -460,6 +462,9 @@ type CommitWriteReq struct {
 	Session uint64 // as in SetAttrReq
 	Inline  []InlineWrite
 	Sync    bool
+	// EC commits new versions of stripes of an erasure-coded file with
+	// the size, all or none of them (ec.go).
+	EC []ECStripeUpdate
 }
 
 // ErrNotInline is the errno of a write into an inline file that another
@@ -489,6 +494,7 @@ func (r *CommitWriteReq) Encode(e *wire.Enc) {
 		e.Bytes(w.Data)
 	}
 	e.Bool(r.Sync)
+	encodeECUpdates(e, r.EC)
 }
 
 func (r *CommitWriteReq) Decode(d *wire.Dec) {
@@ -512,6 +518,9 @@ func (r *CommitWriteReq) Decode(d *wire.Dec) {
 	}
 	if len(d.Rest()) > 0 {
 		r.Sync = d.Bool()
+	}
+	if len(d.Rest()) > 0 {
+		r.EC = decodeECUpdates(d)
 	}
 }
 
@@ -558,8 +567,17 @@ type SetStripeReq struct {
 	Stripe Stripe
 }
 
-func (r *SetStripeReq) Encode(e *wire.Enc) { e.U64(r.Ino); r.Stripe.Encode(e) }
-func (r *SetStripeReq) Decode(d *wire.Dec) { r.Ino = d.U64(); r.Stripe.Decode(d) }
+func (r *SetStripeReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	r.Stripe.Encode(e)
+	r.Stripe.EC.Encode(e)
+}
+
+func (r *SetStripeReq) Decode(d *wire.Dec) {
+	r.Ino = d.U64()
+	r.Stripe.Decode(d)
+	r.Stripe.EC.DecodeOptional(d)
+}
 
 // StatFsReply is the file system's capacity, summed over targets.
 type StatFsReply struct {

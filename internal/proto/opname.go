@@ -37,6 +37,8 @@ var opNames = map[uint16]string{
 	OpQuotaSet:         "quota_set",
 	OpQuotaList:        "quota_list",
 	OpNFSLease:         "nfs_lease",
+	OpECGen:            "ec_gen",
+	OpECStripes:        "ec_stripes",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

@@ -68,6 +68,45 @@ type Stripe struct {
 	Count     uint32
 	// Replicas is the number of targets per chain (1 for now).
 	Replicas uint32
+	// EC, when set, erasure codes files instead of copying them
+	// (internal/ec): stripes of EC.Data cells of ChunkSize and EC.Parity
+	// parity shards, shard j of every stripe on the file's j'th chain, a
+	// chain of one target, each in a failure domain of its own. Count and
+	// Replicas do not apply to such a file.
+	EC ECPattern
+}
+
+// ECPattern is an erasure-coding scheme and the failure domain its shards
+// are spread over. The zero value is no erasure coding.
+type ECPattern struct {
+	Data   uint8 // K
+	Parity uint8 // M
+	Domain uint8 // DomainServer or DomainRack
+}
+
+// Failure domains of erasure-coded shards.
+const (
+	DomainServer uint8 = 0
+	DomainRack   uint8 = 1
+)
+
+// On reports whether the pattern erasure codes.
+func (p ECPattern) On() bool { return p.Data > 0 }
+
+// Shards is K+M.
+func (p ECPattern) Shards() int { return int(p.Data) + int(p.Parity) }
+
+// Encode and Decode are kept apart from Stripe's: the pattern follows
+// the older fields at the end of the messages and records that carry it.
+func (p *ECPattern) Encode(e *wire.Enc) { e.U8(p.Data); e.U8(p.Parity); e.U8(p.Domain) }
+func (p *ECPattern) Decode(d *wire.Dec) { p.Data, p.Parity, p.Domain = d.U8(), d.U8(), d.U8() }
+
+// DecodeOptional decodes a pattern if the message has one (messages and
+// log entries written before erasure coding end before it).
+func (p *ECPattern) DecodeOptional(d *wire.Dec) {
+	if len(d.Rest()) >= 3 {
+		p.Decode(d)
+	}
 }
 
 func (s *Stripe) Encode(e *wire.Enc) {
@@ -138,6 +177,7 @@ func (n *Inode) Encode(e *wire.Enc) {
 	e.U64(n.Version)
 	e.U64(n.Written)
 	e.U32(n.Project)
+	n.Stripe.EC.Encode(e)
 }
 
 func (n *Inode) Decode(d *wire.Dec) {
@@ -145,10 +185,12 @@ func (n *Inode) Decode(d *wire.Dec) {
 	n.Version = d.U64()
 	n.Written = d.U64()
 	n.Project = d.U32()
+	n.Stripe.EC.Decode(d)
 }
 
-// EncodeBody encodes every field but Version and Written (which the
-// metadata store keeps apart from the body in its inode records).
+// EncodeBody encodes every field but Version, Written, Project and the
+// erasure-coding pattern (which the metadata store keeps after the body
+// in its inode records).
 func (n *Inode) EncodeBody(e *wire.Enc) {
 	n.Attr.Encode(e)
 	n.Stripe.Encode(e)
