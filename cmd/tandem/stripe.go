@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tandemfs/internal/ec"
 	"tandemfs/internal/fuse"
 )
 
@@ -37,17 +38,36 @@ func getLayout(path string) (*fuse.Layout, error) {
 func init() {
 	stripe := &cobra.Command{Use: "stripe", Short: "Show or set striping (chunk size, stripe count) of files and directories"}
 
-	var chunk string
+	var chunk, ecText, domain string
 	var count, replicas uint32
 	set := &cobra.Command{
-		Use:   "set [--chunk-size SIZE] [--count N] [--replicas R] DIR",
+		Use:   "set [--chunk-size SIZE] [--count N] [--replicas R | --ec K+M [--failure-domain server]] DIR",
 		Short: "Set the pattern new files in DIR (and new subdirectories) inherit",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req struct {
-				ChunkSize uint32 `json:"chunk_size,omitempty"`
-				Count     uint32 `json:"count,omitempty"`
-				Replicas  uint32 `json:"replicas,omitempty"`
+				ChunkSize     uint32 `json:"chunk_size,omitempty"`
+				Count         uint32 `json:"count,omitempty"`
+				Replicas      uint32 `json:"replicas,omitempty"`
+				EC            string `json:"ec,omitempty"`
+				FailureDomain string `json:"failure_domain,omitempty"`
+			}
+			var scheme ec.Scheme
+			if cmd.Flags().Changed("ec") {
+				var err error
+				if scheme, err = ec.Parse(ecText); err != nil {
+					return fmt.Errorf("--ec: %w", err)
+				}
+				if cmd.Flags().Changed("replicas") || cmd.Flags().Changed("count") {
+					return errors.New("--ec codes each file over K+M targets of its own: give it without --replicas and --count")
+				}
+				req.EC = scheme.String()
+				req.FailureDomain = domain
+			} else if cmd.Flags().Changed("failure-domain") {
+				return errors.New("--failure-domain goes with --ec")
+			}
+			if domain != "server" && domain != "rack" {
+				return fmt.Errorf("--failure-domain %q: give server or rack", domain)
 			}
 			if cmd.Flags().Changed("chunk-size") {
 				cs, err := parseSize(chunk)
@@ -71,8 +91,8 @@ func init() {
 				}
 				req.Replicas = replicas
 			}
-			if req.ChunkSize == 0 && req.Count == 0 && req.Replicas == 0 {
-				return errors.New("nothing to set: give --chunk-size, --count and/or --replicas")
+			if req.ChunkSize == 0 && req.Count == 0 && req.Replicas == 0 && req.EC == "" {
+				return errors.New("nothing to set: give --chunk-size, --count, --replicas or --ec")
 			}
 			if fi, err := os.Stat(args[0]); err != nil {
 				return err
@@ -81,13 +101,19 @@ func init() {
 			}
 			// Only a TandemFS client answers for its layout attribute;
 			// elsewhere the pattern would land as a plain attribute.
-			if _, err := getLayout(args[0]); err != nil {
+			before, err := getLayout(args[0])
+			if err != nil {
 				return err
+			}
+			if req.EC != "" {
+				if err := ecPlaceable(scheme, domain, before); err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
 			}
 			b, _ := json.Marshal(req)
 			if err := syscall.Setxattr(args[0], fuse.XattrStripe, b, 0); err != nil {
 				if errors.Is(err, syscall.EINVAL) {
-					return fmt.Errorf("%s: invalid pattern (chunk size must be a power of two from 64K to 4M)", args[0])
+					return fmt.Errorf("%s: invalid pattern (chunk size must be a power of two from 64K to 4M; erasure coding needs a server with targets per shard)", args[0])
 				}
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -103,7 +129,9 @@ func init() {
 	}
 	set.Flags().StringVar(&chunk, "chunk-size", "", "chunk size, a power of two from 64K to 4M (e.g. 512K, 2M)")
 	set.Flags().Uint32Var(&count, "count", 0, "number of targets a file is striped over")
-	set.Flags().Uint32Var(&replicas, "replicas", 0, "copies of each chunk, on different servers: 1, 2 or 3 (default 2 when the cluster has 2 servers or more)")
+	set.Flags().Uint32Var(&replicas, "replicas", 0, "copies of each chunk, on different servers: 1, 2 or 3 (default 2 when the cluster has 2 servers or more); turns erasure coding off for new files")
+	set.Flags().StringVar(&ecText, "ec", "", "erasure code new files: K data and M parity shards per stripe (K 2-16, M 1-4; e.g. 4+2, 8+2, 8+3), each shard on a server of its own")
+	set.Flags().StringVar(&domain, "failure-domain", "server", "what the shards of a stripe are spread over: server or rack")
 
 	var asJSON bool
 	get := &cobra.Command{
@@ -132,6 +160,12 @@ func init() {
 			}
 			if l.Replicas > 0 {
 				fmt.Printf("replicas:   %d\n", l.Replicas)
+			}
+			if l.EC != nil {
+				fmt.Printf("erasure coding: %d+%d, one shard per %s\n", l.EC.Data, l.EC.Parity, l.EC.FailureDomain)
+				for _, sh := range l.EC.Shards {
+					fmt.Printf("shard %-3d %-6s target %d on server %d (%s)\n", sh.Shard, sh.Kind, sh.Target, sh.Server, sh.Addr)
+				}
 			}
 			if short := newFilesShort(l); short != "" {
 				fmt.Printf("note:       %s\n", short)
@@ -164,4 +198,16 @@ func newFilesShort(l *fuse.Layout) string {
 	}
 	return fmt.Sprintf("the pattern asks for %d stripes, but new files get %d stripes of %d copies: the cluster has no more chains of that many copies (until more targets join)",
 		l.Count, l.NewFileCount, l.NewFileReplicas)
+}
+
+// ecPlaceable says why a directory's cluster cannot place scheme's shards
+// one per failure domain, before the pattern is set.
+func ecPlaceable(scheme ec.Scheme, domain string, dir *fuse.Layout) error {
+	if domain == "rack" {
+		return fmt.Errorf("--ec %s --failure-domain rack: no storage server carries a rack label", scheme)
+	}
+	if dir.Servers < scheme.Shards() {
+		return fmt.Errorf("--ec %s puts each of its %d shards on a server of its own; the cluster has %d servers with targets", scheme, scheme.Shards(), dir.Servers)
+	}
+	return nil
 }

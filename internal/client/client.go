@@ -47,10 +47,13 @@ type Config struct {
 // Client is a connection to one TandemFS cluster. It is safe for
 // concurrent use.
 type Client struct {
-	cfg     Config
-	metas   []*rpc.Client // one per metadata replica
-	leader  atomic.Int32  // index in metas of the replica that answered last
-	session uint64
+	cfg Config
+	// unanswered: targets of erasure-coded shards that did not answer
+	// lately, read around and written without for a while (ecshard.go).
+	unanswered suspects
+	metas      []*rpc.Client // one per metadata replica
+	leader     atomic.Int32  // index in metas of the replica that answered last
+	session    uint64
 
 	quotas quotaGate // what this client knows of the limited quotas (quota.go)
 

@@ -112,23 +112,33 @@ func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
 	if err := c.checkLayout(in); err != nil {
 		return err
 	}
+	if in.Stripe.EC.On() {
+		return c.readEC(in, off, buf)
+	}
 	return parallel(splitRange(in, off, uint64(len(buf))), func(p piece) error {
 		dst := buf[p.pos : p.pos+uint64(p.n)]
 		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
-			r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index}, Off: p.off, Len: p.n}
-			got, err := 0, errNotSent
-			if sentReadable(p) {
-				got, err = readSent(ctx, s, &r, dst)
-			}
-			if err == errNotSent {
-				got, err = s.CallReadContext(ctx, proto.OpChunkRead, r.Encode, dst)
-			}
+			got, err := readChunk(ctx, rt, s, in.Ino, p.index, p.off, dst)
 			if err == nil {
 				clear(dst[got:]) // past the chunk's end: a hole
 			}
 			return err
 		})
 	})
+}
+
+// readChunk reads dst from chunk index of file ino at off, with
+// OpChunkReadSent where it may; it returns the bytes the chunk had there.
+func readChunk(ctx context.Context, rt proto.Routing, s *rpc.Client, ino, index uint64, off uint32, dst []byte) (int, error) {
+	r := proto.ChunkReadReq{Chunk: proto.ChunkRef{Routing: rt, Ino: ino, Index: index}, Off: off, Len: uint32(len(dst))}
+	got, err := 0, errNotSent
+	if sentReadable(piece{off: off, n: uint32(len(dst))}) {
+		got, err = readSent(ctx, s, &r, dst)
+	}
+	if err == errNotSent {
+		got, err = s.CallReadContext(ctx, proto.OpChunkRead, r.Encode, dst)
+	}
+	return got, err
 }
 
 // Large reads of whole blocks ask the server to send the bytes from the

@@ -56,6 +56,10 @@ type fileState struct {
 	// what a read or write brings is kept in the block cache only if no
 	// other write was out meanwhile (blockcache.go). Guarded by mu.
 	writers int
+
+	// ec: an erasure-coded file's stripes this client writes (nil for a
+	// file that is copied). Set before the state is shared.
+	ec *ecState
 }
 
 type chunkKey struct {
@@ -101,6 +105,9 @@ func (c *Client) acquire(n *proto.Inode) *fileState {
 	st, ok := c.files[n.Ino]
 	if !ok {
 		st = &fileState{ino: n.Ino, written: map[chunkKey]struct{}{}}
+		if n.Stripe.EC.On() {
+			st.ec = newECState()
+		}
 		st.inflight.init()
 		c.files[n.Ino] = st
 	}
@@ -328,15 +335,17 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		}
 	}
 	layout := st.inode
+	coded := layout.Stripe.EC.On()
 	// An O_SYNC write inside the file commits its mtime while its data
 	// is written (stable.go); otherwise the size and mtime follow the data.
-	inPlace := h.sync && !st.dirty && end <= st.size
+	// (An erasure-coded file's stripes are written anew, and committed.)
+	inPlace := h.sync && !st.dirty && end <= st.size && !coded
 	committedSize := st.size
 	// An O_SYNC write's chunks are synced by the write itself: an fsync
 	// (which the kernel sends after each such write) need not sync them
 	// again.
 	for _, p := range splitRange(&layout, off, uint64(len(data))) {
-		if !h.sync {
+		if !h.sync && !coded {
 			st.written[chunkKey{p.chain, p.index}] = struct{}{}
 		}
 	}
@@ -353,7 +362,16 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st.inflight.add(off, end)
 	st.ra.invalidate()
 	var err error
-	if inPlace {
+	if coded {
+		// Into the stripes' images; O_DIRECT and O_SYNC writes are sent
+		// before the write returns (and O_SYNC ones committed below).
+		err = h.c.writeEC(st, &layout, off, data, h.direct)
+		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
+		st.inflight.done(off, end)
+		if err != nil {
+			return 0, err
+		}
+	} else if inPlace {
 		err = h.writeInPlace(&layout, off, data, committedSize)
 		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
 		st.inflight.done(off, end)
@@ -361,8 +379,7 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 			return 0, err
 		}
 		return len(data), nil
-	}
-	if h.direct {
+	} else if h.direct {
 		err = h.c.writePieces(&layout, off, data, h.sync)
 		h.c.endCachedWrite(st, off, data, gen, keep && err == nil)
 		st.inflight.done(off, end)
@@ -389,12 +406,12 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st.dirty = true
 	st.wrote += uint64(len(data))
 	st.mu.Unlock()
-	if h.sync {
+	if h.sync || (coded && st.ec.needsCommit()) {
 		// O_SYNC/O_DSYNC: the new size must be as durable as the data
 		// (the chunk was fsynced by its target already): one commit that
 		// syncs the metadata log.
 		st.mu.Lock()
-		err := h.c.commitLocked(st, true)
+		err := h.c.commitLocked(st, h.sync)
 		st.mu.Unlock()
 		if err != nil {
 			return 0, err
@@ -651,10 +668,16 @@ func (c *Client) commitLocked(st *fileState, sync bool) error {
 	if !st.dirty {
 		return nil
 	}
+	if st.ec != nil && !st.inode.Inline {
+		return c.commitECLocked(st, sync)
+	}
 	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session,
 		Inline: st.pendingInline, Sync: sync}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
 	if errnoOf(err) == proto.ErrNotInline && len(r.Inline) > 0 {
+		if st.ec != nil {
+			return c.commitMovedInlineEC(st, &r, sync)
+		}
 		n, err = c.commitMovedInline(st, &r)
 	}
 	if err != nil {
@@ -675,6 +698,14 @@ func (c *Client) uninline(st *fileState) error {
 	r := proto.UninlineReq{Ino: st.ino, AssignOnly: true, Session: c.session}
 	if err := c.metaCall(proto.OpUninline, r.Encode, decodeInode(&n)); err != nil {
 		return err
+	}
+	if n.Stripe.EC.On() {
+		np, err := c.uninlineEC(st, &n)
+		if err != nil {
+			return err
+		}
+		st.inode = *np
+		return nil
 	}
 	if n.Inline && len(n.InlineData) > 0 {
 		if err := c.writePieces(&n, 0, n.InlineData, true); err != nil {
@@ -718,6 +749,9 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		}
 		if n.Inline && size > uint64(c.InlineLimit()) && !allZero(n.InlineData) {
 			tmp := &fileState{ino: ino, inode: n, written: map[chunkKey]struct{}{}}
+			if n.Stripe.EC.On() {
+				tmp.ec = newECState()
+			}
 			if err := c.uninline(tmp); err != nil {
 				return err
 			}

@@ -128,6 +128,24 @@ func (c *Client) reloadMoved(st *fileState) error {
 	return nil
 }
 
+// commitMovedInlineEC is commitMovedInline for an erasure-coded file: the
+// buffered writes go into its stripes, committed with the size. st.mu is
+// held.
+func (c *Client) commitMovedInlineEC(st *fileState, r *proto.CommitWriteReq, sync bool) error {
+	n, err := c.movedLayout(st.ino)
+	if err != nil {
+		return err
+	}
+	st.inode = *n
+	for _, w := range r.Inline {
+		if err := c.writeEC(st, n, w.Off, w.Data, false); err != nil {
+			return err
+		}
+	}
+	st.pendingInline, st.inlineImage = nil, nil
+	return c.commitECLocked(st, sync)
+}
+
 // commitMovedInline commits r after another client moved the file from
 // the metadata to chains while this one buffered writes to it: they go to
 // the file's chunks, and the commit records only size and mtime.

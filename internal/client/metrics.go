@@ -14,6 +14,8 @@ var (
 	// again (see readSent).
 	sentReadMismatches = metrics.Counter("tandem_client_sent_read_mismatches_total",
 		"Pieces a storage server sent with sendfile whose bytes did not match their checksums, read again.")
+	ecDegradedReads = metrics.Counter("tandem_client_ec_degraded_reads_total",
+		"Pieces of erasure-coded files rebuilt from other shards because their own shard was missing, unreachable, slow or bad.")
 )
 
 // ExportMetrics adds this client's own counts to the process's metrics:

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/ec"
 	"tandemfs/internal/fuseconn"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -39,6 +40,10 @@ type Options struct {
 	NoInline    bool
 	ChunkSize   string // e.g. "1M"
 	StripeCount int
+	// EC, "K+M", erasure codes the files of the root directory (and so
+	// of every directory that does not say otherwise); set once the
+	// storage servers are up, since it needs K+M of them.
+	EC string
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
@@ -190,6 +195,9 @@ func Up(o Options) (*Layout, error) {
 		return nil, err
 	}
 	if err := o.startStorage(l, secret); err != nil {
+		return nil, err
+	}
+	if err := o.setRootEC(l, secret); err != nil {
 		return nil, err
 	}
 	if o.Mount != "" {
@@ -654,4 +662,29 @@ func fetchMap(addrs string, secret rpc.Secret) (*proto.ClusterMap, error) {
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// setRootEC gives the root directory the erasure coding o.EC names.
+func (o *Options) setRootEC(l *Layout, secret rpc.Secret) error {
+	if o.EC == "" {
+		return nil
+	}
+	scheme, err := ec.Parse(o.EC)
+	if err != nil {
+		return fmt.Errorf("--ec: %w", err)
+	}
+	r := proto.SetStripeReq{Ino: proto.RootIno, Stripe: proto.Stripe{EC: proto.ECPattern{Data: uint8(scheme.Data), Parity: uint8(scheme.Parity)}}}
+	var errs []error
+	for _, addr := range strings.Split(l.MetaAddr, ",") {
+		c := rpc.NewClient(addr, secret)
+		c.CallTimeout = 5 * time.Second
+		err := c.Call(proto.OpSetStripe, r.Encode, nil)
+		c.Close()
+		if err == nil {
+			o.progress("new files are erasure coded %s", scheme)
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("--ec %s: %w", scheme, errors.Join(errs...))
 }

@@ -350,6 +350,30 @@ type Layout struct {
 	// was asked for; the metadata service gives no more than exists).
 	NewFileCount    uint32 `json:"new_file_count,omitempty"`
 	NewFileReplicas uint32 `json:"new_file_replicas,omitempty"`
+	// Servers counts, for a directory, the servers with targets: the
+	// failure domains erasure-coded files can spread their shards over.
+	Servers int `json:"servers,omitempty"`
+	// EC is a file's erasure coding, or the one a directory gives new
+	// files; absent when they are copied.
+	EC *ECLayout `json:"ec,omitempty"`
+}
+
+// ECLayout is an erasure-coded layout: K data and M parity shards per
+// stripe and, for a file, where each shard lives.
+type ECLayout struct {
+	Data          int           `json:"data"`
+	Parity        int           `json:"parity"`
+	FailureDomain string        `json:"failure_domain"`
+	Shards        []ShardLayout `json:"shards,omitempty"`
+}
+
+// ShardLayout is where shard Shard of every stripe of a file lives.
+type ShardLayout struct {
+	Shard  int    `json:"shard"`
+	Kind   string `json:"kind"` // "data" or "parity"
+	Target uint32 `json:"target"`
+	Server uint32 `json:"server"`
+	Addr   string `json:"addr"`
 }
 
 // ChainLayout is one chain of a file's layout.
@@ -384,7 +408,14 @@ func (fs *FS) layout(ino uint64) ([]byte, error) {
 	l := Layout{ChunkSize: n.Stripe.ChunkSize, Count: n.Stripe.Count, Replicas: n.Stripe.Replicas,
 		Inline: n.Inline, Targets: []uint32{}}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		l.NewFileCount, l.NewFileReplicas = newFileStripes(fs.c.ClusterMap(), n.Stripe)
+		m := fs.c.ClusterMap()
+		l.NewFileCount, l.NewFileReplicas = newFileStripes(m, n.Stripe)
+		l.Servers = serversWithTargets(m)
+	}
+	if n.Stripe.EC.On() {
+		l.EC = ecLayout(fs.c.ClusterMap(), n)
+		l.Count, l.Replicas, l.NewFileCount, l.NewFileReplicas = 0, 0, 0, 0
+		return json.Marshal(l)
 	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFREG && !n.Inline {
 		l.Chains = n.Chains
@@ -454,14 +485,20 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr strin
 	}
 	if attr == XattrStripe {
 		var s struct {
-			ChunkSize uint32 `json:"chunk_size"`
-			Count     uint32 `json:"count"`
-			Replicas  uint32 `json:"replicas"`
+			ChunkSize     uint32 `json:"chunk_size"`
+			Count         uint32 `json:"count"`
+			Replicas      uint32 `json:"replicas"`
+			EC            string `json:"ec"` // "K+M"
+			FailureDomain string `json:"failure_domain"`
 		}
 		if err := json.Unmarshal(data, &s); err != nil {
 			return gofuse.EINVAL
 		}
-		return status(fs.c.SetStripe(in.NodeId, proto.Stripe{ChunkSize: s.ChunkSize, Count: s.Count, Replicas: s.Replicas}))
+		p, err := ecPattern(s.EC, s.FailureDomain)
+		if err != nil {
+			return gofuse.EINVAL
+		}
+		return status(fs.c.SetStripe(in.NodeId, proto.Stripe{ChunkSize: s.ChunkSize, Count: s.Count, Replicas: s.Replicas, EC: p}))
 	}
 	if strings.HasPrefix(attr, "user.tandem.") {
 		return gofuse.EPERM

@@ -532,6 +532,9 @@ func (t *tx) uninline(r *proto.UninlineReq, out *wire.Enc) error {
 		n.Inline = false
 		n.InlineData = nil
 		n.Written = n.Size // the client wrote the inline bytes to the chains
+		if err := t.applyECUpdates(n, r.EC); err != nil {
+			return err
+		}
 	}
 	t.putInode(n)
 	n.Inode.Encode(out)

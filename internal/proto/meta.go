@@ -436,12 +436,24 @@ type UninlineReq struct {
 	Ino        uint64
 	AssignOnly bool
 	Session    uint64 // as in SetAttrReq
+	// EC records the stripes an erasure-coded file's inline bytes were
+	// written to, with the move (ec.go).
+	EC []ECStripeUpdate
 }
 
-func (r *UninlineReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.Bool(r.AssignOnly); e.U64(r.Session) }
+func (r *UninlineReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.Bool(r.AssignOnly)
+	e.U64(r.Session)
+	encodeECUpdates(e, r.EC)
+}
+
 func (r *UninlineReq) Decode(d *wire.Dec) {
 	r.Ino, r.AssignOnly = d.U64(), d.Bool()
 	r.Session = optionalSession(d)
+	if len(d.Rest()) > 0 {
+		r.EC = decodeECUpdates(d)
+	}
 }
 
 // CommitWriteReq records that data up to Size was written to targets at

@@ -1,0 +1,202 @@
+package client
+
+import (
+	"cmp"
+	"slices"
+
+	"tandemfs/internal/proto"
+)
+
+// ecCommitEvery: a writer commits once this many stripes wait for it, so
+// that a long write without fsync or close holds a bounded list (and its
+// earlier stripes become readable by others, as their size is).
+const ecCommitEvery = 512
+
+// ecMaxRebases bounds how often one commit reads stripes again that other
+// writers committed first.
+const ecMaxRebases = 8
+
+// needsCommit reports whether enough stripes wait for a commit.
+func (es *ecState) needsCommit() bool {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	return len(es.pending) >= ecCommitEvery
+}
+
+// commitECLocked is commitLocked for an erasure-coded file on its shards
+// (st.mu held): every stripe image is sent, the shards written since the
+// last commit are synced, and then the stripes' versions are committed
+// with the size and mtime, read again and rewritten over another
+// writer's where that writer committed first.
+func (c *Client) commitECLocked(st *fileState, sync bool) error {
+	l, err := ecLayoutOf(&st.inode)
+	if err != nil {
+		return err
+	}
+	es := st.ec
+	es.mu.Lock()
+	images := slices.Clone(es.order)
+	es.mu.Unlock()
+	for _, s := range images {
+		if err := c.flushStripe(st, l, s); err != nil {
+			return err
+		}
+	}
+	es.commitMu.Lock() // no stripe is sent while its generation is recorded
+	defer es.commitMu.Unlock()
+	es.mu.Lock()
+	err, es.err = es.err, nil
+	es.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		if err := c.syncECShards(st); err != nil {
+			return err
+		}
+		r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote,
+			Inline: st.pendingInline, Sync: sync, EC: es.updates()}
+		n, err := c.CommitEC(&r)
+		if errnoOf(err) == proto.ErrStripeChanged && attempt < ecMaxRebases {
+			if err := c.rebaseEC(st, l); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st.inode = *n
+		st.dirty = false
+		st.wrote = 0
+		st.pendingInline, st.inlineImage = nil, nil
+		es.committed()
+		return nil
+	}
+}
+
+// syncECShards makes the shard chunks written since the last commit
+// durable: a version is recorded only once all its shards are.
+func (c *Client) syncECShards(st *fileState) error {
+	es := st.ec
+	es.mu.Lock()
+	written := es.written
+	es.written = map[chunkKey]struct{}{}
+	es.mu.Unlock()
+	if len(written) == 0 {
+		return nil
+	}
+	if err := c.syncChunks(st.ino, written); err != nil {
+		es.mu.Lock()
+		for k := range written {
+			es.written[k] = struct{}{}
+		}
+		es.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// updates lists the stripes waiting for a commit.
+func (es *ecState) updates() []proto.ECStripeUpdate {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	us := make([]proto.ECStripeUpdate, 0, len(es.pending))
+	for _, p := range es.pending {
+		us = append(us, proto.ECStripeUpdate{ECStripe: p.version, Base: p.base.Gen, BaseLength: p.base.Length})
+	}
+	slices.SortFunc(us, func(a, b proto.ECStripeUpdate) int { return cmp.Compare(a.Stripe, b.Stripe) })
+	return us
+}
+
+// committed forgets the stripes just recorded, and the generation they
+// were written under: the next write takes a new one, so that it never
+// writes over a recorded version.
+func (es *ecState) committed() {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	es.pending = map[uint64]*ecPending{}
+	es.gen = 0
+	es.recorded, es.windows = map[uint64]proto.ECStripe{}, map[uint64]bool{}
+}
+
+// rebaseEC rewrites each waiting stripe that another writer (or a
+// truncate) changed since this client read it: the recorded version with
+// this client's written ranges over it, under the same generation (its
+// chunks are this client's own until committed).
+func (c *Client) rebaseEC(st *fileState, l *ecLayout) error {
+	es := st.ec
+	es.mu.Lock()
+	pending := make(map[uint64]ecPending, len(es.pending))
+	for s, p := range es.pending {
+		pending[s] = *p
+	}
+	es.mu.Unlock()
+	for s, p := range pending {
+		ss, err := c.ecStripesWindow(st.ino, s, 1)
+		if err != nil {
+			return err
+		}
+		var now proto.ECStripe
+		if len(ss) == 1 {
+			now = ss[0]
+		}
+		if now.Gen == p.base.Gen && now.Length == p.base.Length {
+			continue
+		}
+		img := &ecImage{buf: make([]byte, l.geo.StripeBytes()), base: now, dirty: p.dirty, valid: uint64(now.Length)}
+		if now.Gen != 0 {
+			if err := c.readVersion(l, now, 0, img.buf[:now.Length]); err != nil {
+				return err
+			}
+		}
+		for _, r := range p.dirty {
+			if err := c.readVersion(l, p.version, r[0], img.buf[r[0]:r[1]]); err != nil {
+				return err
+			}
+			img.valid = max(img.valid, r[1])
+		}
+		if err := c.sendImage(st, l, s, img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uninlineEC writes an erasure-coded file's inline bytes n.InlineData as
+// its first stripe, syncs its shards, and moves the file out of the
+// metadata with the stripe recorded in the same command. st.mu is held.
+func (c *Client) uninlineEC(st *fileState, n *proto.Inode) (*proto.Inode, error) {
+	if st.ec == nil { // a file not open here (a truncate's)
+		st.ec = newECState()
+	}
+	es := st.ec
+	es.commitMu.Lock()
+	defer es.commitMu.Unlock()
+	r := proto.UninlineReq{Ino: st.ino, Session: c.session}
+	if len(n.InlineData) > 0 {
+		l, err := ecLayoutOf(n)
+		if err != nil {
+			return nil, err
+		}
+		img := &ecImage{buf: make([]byte, l.geo.StripeBytes()), valid: uint64(len(n.InlineData))}
+		copy(img.buf, n.InlineData)
+		img.dirty = addRange(nil, 0, img.valid)
+		if err := c.sendImage(st, l, 0, img); err != nil {
+			return nil, err
+		}
+		if err := c.syncECShards(st); err != nil {
+			return nil, err
+		}
+		es.mu.Lock()
+		p := es.pending[0]
+		delete(es.pending, 0)
+		es.mu.Unlock()
+		r.EC = []proto.ECStripeUpdate{{ECStripe: p.version}}
+	}
+	np, err := c.inodeCall(proto.OpUninline, r.Encode)
+	if err == nil && len(r.EC) > 0 {
+		es.committed()
+	}
+	return np, err
+}

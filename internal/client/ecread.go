@@ -1,0 +1,235 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/ec"
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Reading erasure-coded files (docs/architecture.md, "Erasure coding"): a
+// read takes the stripe versions the metadata service recorded (or this
+// client's own, not yet committed) and reads only the data shards it
+// needs. A shard that is missing from its version, unreachable, slow,
+// short or fails its checksums is rebuilt from K others at the same
+// offset.
+
+// ecShardGiveUp is how long a shard call retries answers that say the
+// cluster map moved, and ecShardTimeout how long one call may take: a
+// server that hangs or is gone costs a read about that once, not the
+// client's whole give-up time (ecshard.go).
+const (
+	ecShardGiveUp  = 2 * time.Second
+	ecShardTimeout = 2 * time.Second
+)
+
+// ecLayout is what reading and writing shards of one file needs.
+type ecLayout struct {
+	ino    uint64
+	geo    ec.Geometry
+	codec  *ec.Codec
+	chains []uint32
+}
+
+func ecLayoutOf(in *proto.Inode) (*ecLayout, error) {
+	p := in.Stripe.EC
+	if len(in.Chains) != p.Shards() || in.Stripe.ChunkSize == 0 {
+		return nil, rpc.Errorf(syscall.EIO, "erasure-coded file %d has %d chains for %d+%d shards", in.Ino, len(in.Chains), p.Data, p.Parity)
+	}
+	scheme := ec.Scheme{Data: int(p.Data), Parity: int(p.Parity)}
+	codec, err := ec.CodecFor(scheme)
+	if err != nil {
+		return nil, rpc.Errorf(syscall.EIO, "file %d: %v", in.Ino, err)
+	}
+	return &ecLayout{ino: in.Ino, geo: ec.Geometry{Scheme: scheme, Cell: uint64(in.Stripe.ChunkSize)},
+		codec: codec, chains: in.Chains}, nil
+}
+
+// Why a shard was not read.
+var (
+	errShardMissing = errors.New("the shard was not written in this version")
+	errShardShort   = errors.New("the shard's chunk is shorter than its version says")
+)
+
+// readShard reads dst from shard j of version v at offset off inside the
+// shard. Past the shard's length it reads zeros without asking.
+func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+	have := l.geo.ShardLen(j, uint64(v.Length))
+	clear(dst)
+	if off >= have {
+		return nil
+	}
+	want := dst[:min(uint64(len(dst)), have-off)]
+	if v.Shards&(1<<j) == 0 {
+		return errShardMissing
+	}
+	return c.shardCall(l.chains[j], func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+		got, err := readChunk(ctx, rt, s, l.ino, proto.ECChunkIndex(v.Gen, v.Stripe), uint32(off), want)
+		if err == nil && got < len(want) {
+			return errShardShort
+		}
+		return err
+	})
+}
+
+// readVersion fills dst with the stripe's bytes at off (from the stripe's
+// start) as version v holds them, rebuilding what a data shard cannot
+// give from the others.
+func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []byte) error {
+	pieces := l.geo.Split(l.geo.StripeStart(v.Stripe)+off, uint64(len(dst)))
+	return each(len(pieces), func(i int) error {
+		p := pieces[i]
+		part := dst[p.Pos : p.Pos+p.N]
+		if err := c.readShard(l, v, p.Shard, p.Off, part); err != nil {
+			return c.rebuildPiece(l, v, p.Shard, p.Off, part)
+		}
+		return nil
+	})
+}
+
+// rebuildPiece fills dst with shard j's bytes at off from the other
+// shards' bytes at the same offset: a degraded read.
+func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+	n := len(dst)
+	shards := make([][]byte, l.geo.Shards())
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i := range shards {
+		if i == j {
+			continue
+		}
+		if off >= l.geo.ShardLen(i, uint64(v.Length)) {
+			shards[i] = make([]byte, n) // zeros, by the shard's length: nothing to read
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, n)
+			if errs[i] = c.readShard(l, v, i, off, b); errs[i] == nil {
+				shards[i] = b
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.codec.ReconstructData(shards, n); err != nil {
+		return rpc.Errorf(syscall.EIO, "stripe %d of file %d: %v (%v)", v.Stripe, l.ino, err, errors.Join(errs...))
+	}
+	copy(dst, shards[j])
+	ecDegradedReads.Inc()
+	return nil
+}
+
+// readEC fills buf from erasure-coded file in at off: this client's
+// stripes not yet committed, else the recorded versions, else zeros (a
+// hole). A stripe with fewer than K readable shards is read again until
+// the client's give-up time, then fails with EIO.
+func (c *Client) readEC(in *proto.Inode, off uint64, buf []byte) error {
+	l, err := ecLayoutOf(in)
+	if err != nil {
+		return err
+	}
+	st := c.lookupState(in.Ino)
+	stripeBytes := l.geo.StripeBytes()
+	for pos := uint64(0); pos < uint64(len(buf)); {
+		s := l.geo.Stripe(off + pos)
+		within := off + pos - l.geo.StripeStart(s)
+		take := min(stripeBytes-within, uint64(len(buf))-pos)
+		dst := buf[pos : pos+take]
+		if err := c.readStripe(st, in, l, s, within, dst); err != nil {
+			return err
+		}
+		pos += take
+	}
+	return nil
+}
+
+// readStripe reads dst at off within stripe s.
+func (c *Client) readStripe(st *fileState, in *proto.Inode, l *ecLayout, s, off uint64, dst []byte) error {
+	var es *ecState
+	if st != nil {
+		es = st.ec
+	}
+	deadline := time.Now().Add(c.cfg.GiveUp)
+	for {
+		v, found, err := c.stripeVersion(es, in, s, off, dst)
+		if err != nil || !found {
+			return err
+		}
+		err = c.readVersion(l, v, off, dst)
+		if err == nil || (c.cfg.GiveUp > 0 && time.Now().After(deadline)) {
+			return err
+		}
+		if es != nil {
+			es.forgetRecorded() // a version read meanwhile may have moved on
+		}
+		select {
+		case <-c.stop:
+			return rpc.Errorf(syscall.EIO, "file %d: client closed", in.Ino)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// stripeVersion is the version of stripe s to read: found is false when
+// dst was filled already (from a stripe being written) or s is a hole.
+func (c *Client) stripeVersion(es *ecState, in *proto.Inode, s, off uint64, dst []byte) (proto.ECStripe, bool, error) {
+	if es != nil {
+		if v, ok, filled := es.unrecorded(s, off, dst); filled {
+			return v, false, nil
+		} else if ok {
+			return v, true, nil
+		}
+		v, found, err := es.recordedStripe(c, in, s)
+		if err == nil && !found {
+			clear(dst) // a hole
+		}
+		return v, found, err
+	}
+	ss, err := c.ecStripesWindow(in.Ino, s, 1)
+	if err != nil || len(ss) == 0 {
+		clear(dst)
+		return proto.ECStripe{}, false, err
+	}
+	return ss[0], true, nil
+}
+
+// ecStripesWindow lists the recorded stripes of ino in [from, from+count).
+func (c *Client) ecStripesWindow(ino, from uint64, count uint32) ([]proto.ECStripe, error) {
+	var reply proto.ECStripesReply
+	r := proto.ECStripesReq{Ino: ino, From: from, Count: count}
+	if err := c.metaCall(proto.OpECStripes, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil }); err != nil {
+		return nil, err
+	}
+	var out []proto.ECStripe
+	for _, s := range reply.Stripes {
+		if s.Stripe < from+uint64(count) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// each runs fn(0..n-1), concurrently when n > 1, and returns their errors.
+func each(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

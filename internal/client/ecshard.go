@@ -1,0 +1,85 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// A shard of an erasure-coded stripe has K+M-1 others: a call to a target
+// that does not answer is not worth a wait. A shard call to a target that
+// failed to answer lately is not made at all (its shard is read around, or
+// left out of the version written) until ecSuspectFor has passed; then
+// one call tries it again.
+const ecSuspectFor = 3 * time.Second
+
+// errShardUnanswered: the shard's target did not answer this call or one
+// shortly before.
+var errShardUnanswered = errors.New("the shard's target does not answer")
+
+// suspects are chains (of one target) that did not answer lately.
+type suspects struct {
+	mu    sync.Mutex
+	until map[uint32]time.Time
+}
+
+func (s *suspects) is(chain uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.until[chain])
+}
+
+func (s *suspects) mark(chain uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.until == nil {
+		s.until = map[uint32]time.Time{}
+	}
+	s.until[chain] = time.Now().Add(ecSuspectFor)
+}
+
+func (s *suspects) clear(chain uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.until, chain)
+}
+
+// shardCall makes one shard request to the target of chain, within
+// ecShardTimeout, retrying only answers that say the map moved (ESTALE,
+// EAGAIN) until ecShardGiveUp. A target that does not answer, or not in
+// time, is suspect for ecSuspectFor.
+func (c *Client) shardCall(chain uint32, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
+	if c.unanswered.is(chain) {
+		return errShardUnanswered
+	}
+	deadline := time.Now().Add(ecShardGiveUp)
+	for {
+		rt, s, err := c.route(chain)
+		if err != nil {
+			c.refreshMap()
+			return err
+		}
+		ctx, cancel := context.WithTimeout(c.epochs.Context(rt.Chain, rt.Version), ecShardTimeout)
+		err = call(ctx, rt, s)
+		timedOut := ctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			c.unanswered.clear(chain)
+			return nil
+		case rpc.IsNetError(err) || timedOut:
+			c.unanswered.mark(chain)
+			return errors.Join(errShardUnanswered, err)
+		case (errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EAGAIN)) && time.Now().Before(deadline):
+			c.refreshMap()
+			time.Sleep(50 * time.Millisecond)
+		default:
+			return err
+		}
+	}
+}

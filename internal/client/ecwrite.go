@@ -1,0 +1,375 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math/bits"
+	"slices"
+	"sync"
+	"syscall"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+)
+
+// Writing erasure-coded files (docs/architecture.md, "Erasure coding").
+// Writes go into an image of their stripe in memory; a stripe whose last
+// byte is written, or any stripe at a flush, fsync or close, is encoded
+// and its K+M shards are sent straight to their targets in parallel,
+// under this client's write generation (never over a recorded version).
+// A commit makes the shards durable and then records the new versions
+// with the size; a stripe another writer committed first is read again
+// and this client's bytes written over it.
+
+// ecMaxImages bounds the stripes of one file held in memory: a new one
+// past it sends the oldest first.
+const ecMaxImages = 4
+
+// ecState is an open erasure-coded file's stripes in this client.
+type ecState struct {
+	// commitMu: flushes hold it shared, a commit exclusively, so that no
+	// shard is written under a generation while the commit records it.
+	commitMu sync.RWMutex
+	genMu    sync.Mutex // one ECGen call at a time
+
+	mu      sync.Mutex
+	gen     uint32                   // for the next flushes; 0: ask for one
+	images  map[uint64]*ecImage      // stripes being written
+	order   []uint64                 // images, oldest first
+	busy    map[uint64]chan struct{} // stripes being loaded or sent
+	pending map[uint64]*ecPending    // sent, not yet committed
+	written map[chunkKey]struct{}    // shard chunks to sync before the commit
+	err     error                    // of a flush in the background, for the commit
+
+	recorded   map[uint64]proto.ECStripe // the metadata service's versions ...
+	windows    map[uint64]bool           // ... of these windows of stripes ...
+	recordedAt uint64                    // ... as of this inode version
+}
+
+// ecWindow is how many stripes one listing of recorded versions fetches.
+const ecWindow = 256
+
+// ecImage is a stripe being written: its bytes, how many of them it
+// holds, the version it was read from and the ranges this client wrote.
+type ecImage struct {
+	buf   []byte
+	valid uint64
+	base  proto.ECStripe
+	dirty [][2]uint64
+}
+
+// ecPending is a stripe sent under a generation and not yet committed.
+type ecPending struct {
+	version proto.ECStripe
+	base    proto.ECStripe
+	dirty   [][2]uint64
+}
+
+func newECState() *ecState {
+	return &ecState{images: map[uint64]*ecImage{}, busy: map[uint64]chan struct{}{},
+		pending: map[uint64]*ecPending{}, written: map[chunkKey]struct{}{},
+		recorded: map[uint64]proto.ECStripe{}, windows: map[uint64]bool{}}
+}
+
+// unrecorded gives what this client holds of stripe s that the metadata
+// service does not: an image (copied into dst at off: filled) or a
+// version sent and not yet committed (ok).
+func (es *ecState) unrecorded(s, off uint64, dst []byte) (v proto.ECStripe, ok, filled bool) {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if img := es.images[s]; img != nil {
+		n := copy(dst, img.buf[min(off, img.valid):img.valid])
+		clear(dst[n:])
+		return proto.ECStripe{}, false, true
+	}
+	if p := es.pending[s]; p != nil {
+		return p.version, true, false
+	}
+	return proto.ECStripe{}, false, false
+}
+
+// recordedStripe is the metadata service's version of stripe s, from a
+// cache of windows of stripes kept while the inode's version stays.
+func (es *ecState) recordedStripe(c *Client, in *proto.Inode, s uint64) (proto.ECStripe, bool, error) {
+	w := s / ecWindow
+	es.mu.Lock()
+	if es.recordedAt != in.Version {
+		es.recorded, es.windows, es.recordedAt = map[uint64]proto.ECStripe{}, map[uint64]bool{}, in.Version
+	}
+	if es.windows[w] {
+		v, ok := es.recorded[s]
+		es.mu.Unlock()
+		return v, ok, nil
+	}
+	es.mu.Unlock()
+	ss, err := c.ecStripesWindow(in.Ino, w*ecWindow, ecWindow)
+	if err != nil {
+		return proto.ECStripe{}, false, err
+	}
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if es.recordedAt == in.Version {
+		for _, v := range ss {
+			es.recorded[v.Stripe] = v
+		}
+		es.windows[w] = true
+	}
+	for _, v := range ss {
+		if v.Stripe == s {
+			return v, true, nil
+		}
+	}
+	return proto.ECStripe{}, false, nil
+}
+
+// forgetRecorded drops the cached versions.
+func (es *ecState) forgetRecorded() {
+	es.mu.Lock()
+	es.recorded, es.windows = map[uint64]proto.ECStripe{}, map[uint64]bool{}
+	es.mu.Unlock()
+}
+
+// writeEC writes data at off of erasure-coded file st into the images of
+// its stripes; with wait, the stripes touched are sent before it returns
+// (O_DIRECT, O_SYNC). Full stripes are sent in the background.
+func (c *Client) writeEC(st *fileState, in *proto.Inode, off uint64, data []byte, wait bool) error {
+	l, err := ecLayoutOf(in)
+	if err != nil {
+		return err
+	}
+	es := st.ec
+	stripeBytes := l.geo.StripeBytes()
+	var touched []uint64
+	for pos := uint64(0); pos < uint64(len(data)); {
+		s := l.geo.Stripe(off + pos)
+		a := off + pos - l.geo.StripeStart(s)
+		b := min(stripeBytes, a+uint64(len(data))-pos)
+		if err := c.writeImage(st, in, l, s, a, data[pos:pos+b-a]); err != nil {
+			return err
+		}
+		touched = append(touched, s)
+		if b == stripeBytes && !wait {
+			go c.flushInBackground(st, l, s)
+		}
+		pos += b - a
+	}
+	if wait {
+		for _, s := range touched {
+			if err := c.flushStripe(st, l, s); err != nil {
+				return err
+			}
+		}
+	}
+	es.mu.Lock()
+	var old []uint64
+	if extra := len(es.order) - ecMaxImages; extra > 0 {
+		old = slices.Clone(es.order[:extra])
+	}
+	es.mu.Unlock()
+	for _, s := range old {
+		go c.flushInBackground(st, l, s)
+	}
+	return nil
+}
+
+// writeImage copies src into stripe s's image at a (from the stripe's
+// start), reading the stripe first if the write keeps some of its bytes.
+func (c *Client) writeImage(st *fileState, in *proto.Inode, l *ecLayout, s, a uint64, src []byte) error {
+	es := st.ec
+	b := a + uint64(len(src))
+	es.mu.Lock()
+	for {
+		if img := es.images[s]; img != nil {
+			copy(img.buf[a:b], src)
+			img.valid = max(img.valid, b)
+			img.dirty = addRange(img.dirty, a, b)
+			es.mu.Unlock()
+			return nil
+		}
+		if ch := es.busy[s]; ch != nil {
+			es.mu.Unlock()
+			<-ch
+			es.mu.Lock()
+			continue
+		}
+		ch := make(chan struct{})
+		es.busy[s] = ch
+		es.mu.Unlock()
+		img, err := c.loadImage(st, in, l, s, a, b)
+		es.mu.Lock()
+		delete(es.busy, s)
+		close(ch)
+		if err != nil {
+			es.mu.Unlock()
+			return err
+		}
+		es.images[s] = img
+		es.order = append(es.order, s)
+	}
+}
+
+// loadImage makes the image of stripe s for a write of [a, b): this
+// client's version not yet committed, the recorded one, or zeros. Bytes
+// the write replaces whole are not read.
+func (c *Client) loadImage(st *fileState, in *proto.Inode, l *ecLayout, s, a, b uint64) (*ecImage, error) {
+	es := st.ec
+	img := &ecImage{buf: make([]byte, l.geo.StripeBytes())}
+	es.mu.Lock()
+	p := es.pending[s]
+	es.mu.Unlock()
+	var from proto.ECStripe
+	if p != nil {
+		img.base, img.dirty, from = p.base, slices.Clone(p.dirty), p.version
+	} else {
+		v, found, err := es.recordedStripe(c, in, s)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			img.base, from = v, v
+		}
+	}
+	img.valid = uint64(from.Length)
+	if from.Gen == 0 || (a == 0 && b >= img.valid) {
+		return img, nil // nothing the write keeps
+	}
+	if err := c.readVersion(l, from, 0, img.buf[:img.valid]); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+// flushInBackground sends stripe s; an error waits for the commit.
+func (c *Client) flushInBackground(st *fileState, l *ecLayout, s uint64) {
+	if err := c.flushStripe(st, l, s); err != nil {
+		st.ec.mu.Lock()
+		if st.ec.err == nil {
+			st.ec.err = err
+		}
+		st.ec.mu.Unlock()
+	}
+}
+
+// flushStripe sends stripe s's image, if it has one, as a version under
+// this client's write generation.
+func (c *Client) flushStripe(st *fileState, l *ecLayout, s uint64) error {
+	es := st.ec
+	es.commitMu.RLock()
+	defer es.commitMu.RUnlock()
+	es.mu.Lock()
+	for es.busy[s] != nil {
+		ch := es.busy[s]
+		es.mu.Unlock()
+		<-ch
+		es.mu.Lock()
+	}
+	img := es.images[s]
+	if img == nil {
+		es.mu.Unlock()
+		return nil
+	}
+	delete(es.images, s)
+	es.order = slices.DeleteFunc(es.order, func(x uint64) bool { return x == s })
+	ch := make(chan struct{})
+	es.busy[s] = ch
+	es.mu.Unlock()
+	err := c.sendImage(st, l, s, img)
+	es.mu.Lock()
+	delete(es.busy, s)
+	close(ch)
+	es.mu.Unlock()
+	return err
+}
+
+// writeGen is the generation to write under, asked for when there is none.
+func (c *Client) writeGen(st *fileState) (uint32, error) {
+	es := st.ec
+	es.genMu.Lock()
+	defer es.genMu.Unlock()
+	es.mu.Lock()
+	gen := es.gen
+	es.mu.Unlock()
+	if gen != 0 {
+		return gen, nil
+	}
+	gen, err := c.ECGen(st.ino)
+	if err != nil {
+		return 0, err
+	}
+	es.mu.Lock()
+	es.gen = gen
+	es.mu.Unlock()
+	return gen, nil
+}
+
+// sendImage encodes img and writes its K+M shards in parallel. A shard
+// whose target does not answer (ecshard.go) is left out of the version
+// (its stripe is degraded until repaired); fewer than K written fail the
+// write.
+func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) error {
+	gen, err := c.writeGen(st)
+	if err != nil {
+		return err
+	}
+	k := l.geo.Data
+	shards := make([][]byte, l.geo.Shards())
+	for j := 0; j < k; j++ {
+		start := uint64(j) * l.geo.Cell
+		shards[j] = img.buf[start : start+l.geo.ShardLen(j, img.valid)]
+	}
+	parity, err := l.codec.Encode(shards[:k], int(l.geo.ShardLen(k, img.valid)))
+	if err != nil {
+		return rpc.Errorf(syscall.EIO, "file %d: %v", l.ino, err)
+	}
+	copy(shards[k:], parity)
+	index := proto.ECChunkIndex(gen, s)
+	var mu sync.Mutex
+	var wrote uint32
+	errs := make([]error, len(shards))
+	each(len(shards), func(j int) error {
+		if len(shards[j]) > 0 {
+			errs[j] = c.shardCall(l.chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
+				r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
+				return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
+			})
+		}
+		if errs[j] == nil {
+			mu.Lock()
+			wrote |= 1 << j
+			mu.Unlock()
+		}
+		return nil
+	})
+	if bits.OnesCount32(wrote) < k {
+		return rpc.Errorf(syscall.EIO, "stripe %d of file %d: %d of %d shards written, %d needed: %v",
+			s, l.ino, bits.OnesCount32(wrote), len(shards), k, errors.Join(errs...))
+	}
+	es := st.ec
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	es.pending[s] = &ecPending{version: proto.ECStripe{Stripe: s, Gen: gen, Shards: wrote, Length: uint32(img.valid)},
+		base: img.base, dirty: img.dirty}
+	for j := range shards {
+		if wrote&(1<<j) != 0 && len(shards[j]) > 0 {
+			es.written[chunkKey{l.chains[j], index}] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// addRange adds [a, b) to a sorted list of disjoint ranges, merging.
+func addRange(rs [][2]uint64, a, b uint64) [][2]uint64 {
+	out := make([][2]uint64, 0, len(rs)+1)
+	for _, r := range rs {
+		switch {
+		case r[1] < a || r[0] > b:
+			out = append(out, r)
+		default:
+			a, b = min(a, r[0]), max(b, r[1])
+		}
+	}
+	out = append(out, [2]uint64{a, b})
+	slices.SortFunc(out, func(x, y [2]uint64) int { return cmp.Compare(x[0], y[0]) })
+	return out
+}

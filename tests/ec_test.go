@@ -1,0 +1,278 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tandemfs/internal/fuse"
+	"tandemfs/internal/testcluster"
+)
+
+// Erasure-coded directories through a FUSE mount (docs/architecture.md,
+// "Erasure coding"): files coded 4+2 over six servers read back what was
+// written, whatever way it was written, with any two servers gone, and a
+// stripe with three gone fails with EIO instead of wrong bytes.
+
+// ecModel is a file as written, to compare with what the mount reads.
+type ecModel struct {
+	path string
+	data []byte
+}
+
+func (m *ecModel) writeAt(t *testing.T, f *os.File, off int64, b []byte) {
+	t.Helper()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatalf("%s: write of %d at %d: %v", m.path, len(b), off, err)
+	}
+	if end := int(off) + len(b); end > len(m.data) {
+		m.data = append(m.data, make([]byte, end-len(m.data))...)
+	}
+	copy(m.data[off:], b)
+}
+
+func (m *ecModel) truncate(t *testing.T, size int) {
+	t.Helper()
+	if err := os.Truncate(m.path, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	if size < len(m.data) {
+		m.data = m.data[:size]
+	} else {
+		m.data = append(m.data, make([]byte, size-len(m.data))...)
+	}
+}
+
+func (m *ecModel) check(t *testing.T) {
+	t.Helper()
+	got, err := os.ReadFile(m.path)
+	if err != nil {
+		t.Fatalf("%s: %v", m.path, err)
+	}
+	if !bytes.Equal(got, m.data) {
+		at := 0
+		for at < min(len(got), len(m.data)) && got[at] == m.data[at] {
+			at++
+		}
+		t.Fatalf("%s: read %d bytes, want %d; first difference at %d", m.path, len(got), len(m.data), at)
+	}
+}
+
+// checkDirect is check reading with O_DIRECT, past the page cache and
+// the client's block cache, so that the shards are read.
+func (m *ecModel) checkDirect(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(m.path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []byte
+	buf := alignedBlock(1 << 20)
+	for {
+		n, err := f.ReadAt(buf, int64(len(got)))
+		got = append(got, buf[:n]...)
+		if err != nil || n == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("%s: O_DIRECT read at %d: %v", m.path, len(got), err)
+			}
+			break
+		}
+	}
+	if !bytes.Equal(got, m.data) {
+		t.Fatalf("%s: O_DIRECT read %d bytes, want %d (or other bytes)", m.path, len(got), len(m.data))
+	}
+}
+
+func seededBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// ecFiles writes files of every shape into dir: empty, inline, just past
+// inline, a stripe less one byte, exactly a stripe, several stripes and a
+// tail, one rewritten in the middle across stripes, one appended to in
+// small pieces, a sparse one, and truncated ones.
+func ecFiles(t *testing.T, r *rand.Rand, dir string, stripe int) []*ecModel {
+	t.Helper()
+	var files []*ecModel
+	create := func(name string) (*ecModel, *os.File) {
+		m := &ecModel{path: filepath.Join(dir, name)}
+		f, err := os.Create(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m)
+		return m, f
+	}
+	for name, size := range map[string]int{"empty": 0, "inline": 100, "past-inline": 5000,
+		"stripe-less-one": stripe - 1, "stripe": stripe, "stripes-and-tail": 3*stripe + 12345} {
+		m, f := create(name)
+		m.writeAt(t, f, 0, seededBytes(r, size))
+		f.Close()
+	}
+	m, f := create("rewritten")
+	m.writeAt(t, f, 0, seededBytes(r, 4*stripe))
+	f.Close()
+	f, _ = os.OpenFile(m.path, os.O_RDWR, 0)
+	m.writeAt(t, f, int64(stripe-1000), seededBytes(r, stripe+2000)) // across two stripes, keeping their ends
+	m.writeAt(t, f, 17, []byte("a small write into the first stripe"))
+	f.Close()
+
+	m, f = create("appended")
+	for i := 0; i < 40; i++ {
+		m.writeAt(t, f, int64(len(m.data)), seededBytes(r, 1+r.IntN(30000)))
+	}
+	f.Close()
+
+	m, f = create("sparse")
+	m.writeAt(t, f, int64(3*stripe+500), seededBytes(r, 1000))
+	f.Close()
+
+	m, f = create("truncated")
+	m.writeAt(t, f, 0, seededBytes(r, 3*stripe))
+	f.Close()
+	m.truncate(t, stripe+777)
+	m.truncate(t, 2*stripe) // grows again: zeros, not the old bytes
+
+	m, f = create("direct-sync")
+	f.Close()
+	f, err := os.OpenFile(m.path, os.O_RDWR|syscall.O_SYNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		m.writeAt(t, f, int64(r.IntN(2*stripe)), seededBytes(r, 4096))
+	}
+	f.Close()
+	return files
+}
+
+func TestErasureCodedFilesReadBackWithAnyTwoServersGone(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithMountFlags("--give-up", "6s"))
+	dir := filepath.Join(c.Mount(), "ec")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("stripe set --ec 4+2: %v\n%s", err, out)
+	}
+	const stripe = 4 * 64 << 10
+	r := rand.New(rand.NewPCG(41, 42))
+	files := ecFiles(t, r, dir, stripe)
+	for _, m := range files {
+		m.check(t)
+	}
+
+	// Where the shards live: six servers, one shard each.
+	out, err := runTandem(t, "stripe", "get", "--json", filepath.Join(dir, "stripes-and-tail"))
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var l fuse.Layout
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	servers := map[uint32]bool{}
+	for _, sh := range l.EC.Shards {
+		servers[sh.Server] = true
+	}
+	if l.EC == nil || l.EC.Data != 4 || l.EC.Parity != 2 || len(l.EC.Shards) != 6 || len(servers) != 6 {
+		t.Fatalf("stripe get --json: %s", out)
+	}
+
+	// Any two servers: every file reads back identical, and a new file
+	// written meanwhile too (four shards of six).
+	c.KillProcess("storage2")
+	c.KillProcess("storage5")
+	for _, m := range files {
+		m.checkDirect(t)
+	}
+	degraded := &ecModel{path: filepath.Join(dir, "written-degraded")}
+	f, err := os.Create(degraded.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	degraded.writeAt(t, f, 0, seededBytes(r, 2*stripe+99))
+	if err := f.Close(); err != nil {
+		t.Fatalf("close of a file written with two servers gone: %v", err)
+	}
+	degraded.checkDirect(t)
+
+	// A third: a stripe with three shards gone fails with EIO, not wrong
+	// bytes, once the give-up time is over. (O_DIRECT: the page cache and
+	// the client's block cache hold what was read before.)
+	c.KillProcess("storage3")
+	start := time.Now()
+	f, err = os.OpenFile(filepath.Join(dir, "stripes-and-tail"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.ReadAt(alignedBlock(stripe), 0)
+	f.Close()
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read with three of six servers gone: %v, want EIO", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the read failed after %v; the give-up time is 6 s", took)
+	}
+
+	// They come back: everything reads again.
+	c.Up()
+	for _, m := range append(files, degraded) {
+		m.checkDirect(t)
+	}
+}
+
+func TestErasureCodingBadInputIsRefusedWithTheReason(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(3, 1))
+	dir := filepath.Join(c.Mount(), "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ec", "0+1", dir}, "data shards (K) must be 2 to 16"},
+		{[]string{"--ec", "4+0", dir}, "no parity shard"},
+		{[]string{"--ec", "4+2", dir}, "6 shards on a server of its own; the cluster has 3 servers"},
+		{[]string{"--ec", "2+1", "--failure-domain", "rack", dir}, "no storage server carries a rack label"},
+		{[]string{"--ec", "2+1", "--replicas", "2", dir}, "without --replicas"},
+		{[]string{"--ec", "2+1", file}, "is not a directory"},
+		{[]string{"--ec", "four", dir}, "want K+M"},
+	} {
+		out, err := runTandem(t, append([]string{"stripe", "set"}, tc.args...)...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("stripe set %v: %v, %q; want an error saying %q", tc.args, err, out, tc.want)
+		}
+	}
+	// Nothing was set: new files are still copied.
+	out, _ := runTandem(t, "stripe", "get", "--json", dir)
+	if strings.Contains(out, `"ec"`) {
+		t.Fatalf("a refused pattern was set: %s", out)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--ec", "2+1", dir); err != nil {
+		t.Fatalf("2+1 over three servers: %v: %s", err, out)
+	}
+	m := &ecModel{path: filepath.Join(dir, "coded")}
+	f, _ := os.Create(m.path)
+	m.writeAt(t, f, 0, []byte(strings.Repeat("erasure coded ", 100000)))
+	f.Close()
+	m.check(t)
+}
