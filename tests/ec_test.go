@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -271,8 +272,48 @@ func TestErasureCodingBadInputIsRefusedWithTheReason(t *testing.T) {
 		t.Fatalf("2+1 over three servers: %v: %s", err, out)
 	}
 	m := &ecModel{path: filepath.Join(dir, "coded")}
-	f, _ := os.Create(m.path)
-	m.writeAt(t, f, 0, []byte(strings.Repeat("erasure coded ", 100000)))
-	f.Close()
+	for i := 0; i < 3; i++ { // written whole three times: one version stays
+		f, err := os.Create(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.data = m.data[:0]
+		m.writeAt(t, f, 0, []byte(strings.Repeat(fmt.Sprintf("erasure coded %d ", i), 100000)))
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	m.check(t)
+	fi, err := os.Stat(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	// 1.9 MB in stripes of 2 MiB: one stripe of 3 shards, once the
+	// metadata service's collector has deleted the replaced versions'.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := chunkFiles(t, filepath.Join(c.Dir(), "storage"), ino)
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("file %d has %d shard chunks on the targets, want the 3 of its one version", ino, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// chunkFiles counts the chunk files (not checksum files) of inode ino
+// under a cluster's storage directory.
+func chunkFiles(t *testing.T, root string, ino uint64) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(filepath.Dir(p)) == fmt.Sprint(ino) && !strings.HasSuffix(p, ".sum") {
+			n++
+		}
+		return nil
+	})
+	return n
 }

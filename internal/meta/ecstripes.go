@@ -18,11 +18,30 @@ import (
 //
 //	e<ino:8><stripe:8>  gen (4), shard bitmap (4), length (4)
 //	v<ino:8>            the file's next write generation (4)
+//	q<ino:8><index:8>   a version a commit or a truncate replaced: its shard
+//	                    chunks (index gen<<32|stripe) on the file's chains go
+//	                    in the background (gc.go)
 
 const (
-	pECStripe = 'e'
-	pECGen    = 'v'
+	pECStripe  = 'e'
+	pECGen     = 'v'
+	pECGarbage = 'q'
 )
+
+func ecGarbageKey(ino, index uint64) []byte {
+	k := make([]byte, 17)
+	k[0] = pECGarbage
+	binary.BigEndian.PutUint64(k[1:], ino)
+	binary.BigEndian.PutUint64(k[9:], index)
+	return k
+}
+
+// replaced marks version v of a stripe of n as garbage.
+func (t *tx) replaced(n *inodeRec, v proto.ECStripe) {
+	if v.Gen != 0 {
+		t.b.Set(ecGarbageKey(n.Ino, proto.ECChunkIndex(v.Gen, v.Stripe)), encodeChains(n.Chains), nil)
+	}
+}
 
 func ecStripeKey(ino, stripe uint64) []byte {
 	k := make([]byte, 17)
@@ -126,6 +145,9 @@ func (t *tx) applyECUpdates(n *inodeRec, us []proto.ECStripeUpdate) error {
 			return rpc.Errorf(proto.ErrStripeChanged, "stripe %d of file %d is at generation %d with %d bytes now, not %d with %d",
 				u.Stripe, n.Ino, cur.Gen, cur.Length, u.Base, u.BaseLength)
 		}
+		if cur.Gen != u.Gen {
+			t.replaced(n, cur)
+		}
 		t.b.Set(ecStripeKey(n.Ino, u.Stripe), marshalECStripe(&u.ECStripe), nil)
 	}
 	return nil
@@ -158,6 +180,7 @@ func (t *tx) truncateECStripes(n *inodeRec, size uint64) error {
 		switch {
 		case keep == 0:
 			t.b.Delete(ecStripeKey(n.Ino, s.Stripe), nil)
+			t.replaced(n, s)
 		case uint64(s.Length) > keep:
 			s.Length = uint32(keep)
 			t.b.Set(ecStripeKey(n.Ino, s.Stripe), marshalECStripe(&s), nil)
@@ -166,19 +189,24 @@ func (t *tx) truncateECStripes(n *inodeRec, size uint64) error {
 	return it.Error()
 }
 
-// dropECStripes forgets the stripe records and generation counter of a
-// removed file (its chunks, of every generation, go with its garbage).
+// dropECStripes forgets the stripe records, replaced versions and
+// generation counter of a removed file (its chunks, of every generation,
+// go with its garbage record).
 func (t *tx) dropECStripes(ino uint64) error {
-	lo := ecStripeKey(ino, 0)[:9]
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		t.b.Delete(append([]byte(nil), it.Key()...), nil)
+	for _, lo := range [][]byte{ecStripeKey(ino, 0)[:9], ecGarbageKey(ino, 0)[:9]} {
+		it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			t.b.Delete(append([]byte(nil), it.Key()...), nil)
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
 	}
 	t.b.Delete(ecGenKey(ino), nil)
-	return it.Close()
+	return nil
 }
 
 // ecStripes lists file r.Ino's recorded stripes from r.From.

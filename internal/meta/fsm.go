@@ -30,6 +30,7 @@ const (
 	opExpireLocks   // a client session went silent: its file locks go
 	opQuotaInit     // sum the quota usage of every inode, once (quota.go)
 	opNFSLease      // an NFS head's lease request, with the epoch the leader saw (nfslease.go)
+	opECGCDone      // a replaced stripe version's shards are deleted (ecstripes.go)
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -298,6 +299,9 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opGCDone:
 		ino := d.U64()
 		return decoded(d, func() error { return t.gcDone(ino) })
+	case opECGCDone:
+		ino, index := d.U64(), d.U64()
+		return decoded(d, func() error { t.b.Delete(ecGarbageKey(ino, index), nil); return nil })
 	case opFailServer:
 		id := d.U32()
 		return decoded(d, func() error { return t.failServer(id) })

@@ -18,6 +18,7 @@ func (s *Service) gcLoop() {
 	s.every(time.Second, func() {
 		if s.serving.Load() {
 			s.collectGarbage(256)
+			s.collectECVersions(256)
 		}
 	})
 }
@@ -157,6 +158,61 @@ func (s *Service) sweepOrphans() {
 		r := proto.InoReq{Ino: ino}
 		if _, err := s.propose(proto.OpRelease, r.Encode); err != nil {
 			return
+		}
+	}
+}
+
+// collectECVersions deletes the shard chunks of stripe versions that a
+// commit or a truncate replaced (ecstripes.go), on each of the file's
+// chains (of one target), and forgets each once all confirmed. A reader
+// that took such a version just before finds its chunks gone and reads
+// the recorded version instead (internal/client, readStripe).
+func (s *Service) collectECVersions(max int) {
+	type version struct {
+		ino, index uint64
+		chains     []uint32
+	}
+	var todo []version
+	prefix := []byte{pECGarbage}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return
+	}
+	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
+		k := it.Key()
+		if len(k) == 17 {
+			todo = append(todo, version{decodeU64(k[1:9]), decodeU64(k[9:]), decodeChains(it.Value())})
+		}
+	}
+	it.Close()
+	if len(todo) == 0 {
+		return
+	}
+	m, err := s.clusterMap()
+	if err != nil {
+		return
+	}
+	for _, v := range todo {
+		done := true
+		for _, cid := range v.chains {
+			c, found := findChain(m, cid)
+			if !found {
+				continue
+			}
+			head, _ := c.Head()
+			addr := serverAddrOfTarget(m, head)
+			req := proto.ChunkDeleteReq{Routing: proto.Routing{Target: head, Chain: cid, Version: c.Version}, Ino: v.ino, From: v.index, To: v.index + 1}
+			if addr == "" {
+				done = false
+			} else if err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil); err != nil && !errors.Is(err, syscall.ENOENT) {
+				done = false
+			}
+		}
+		if done {
+			ino, index := v.ino, v.index
+			if _, err := s.propose(opECGCDone, func(e *wire.Enc) { e.U64(ino); e.U64(index) }); err != nil {
+				return
+			}
 		}
 	}
 }
