@@ -25,7 +25,7 @@ func (c *Client) ECStripes(ino, from uint64) ([]proto.ECStripe, error) {
 	for {
 		var reply proto.ECStripesReply
 		r := proto.ECStripesReq{Ino: ino, From: from, Count: proto.MaxECStripesList}
-		if err := c.metaCall(proto.OpECStripes, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil }); err != nil {
+		if err := c.metaCall(proto.OpECStripes, r.Encode, decodeInto(&reply)); err != nil {
 			return nil, err
 		}
 		out = append(out, reply.Stripes...)
@@ -43,4 +43,9 @@ func (c *Client) ECStripes(ino, from uint64) ([]proto.ECStripe, error) {
 func (c *Client) CommitEC(r *proto.CommitWriteReq) (*proto.Inode, error) {
 	r.Session = c.session
 	return c.inodeCall(proto.OpCommitWrite, r.Encode)
+}
+
+// decodeInto decodes a reply into v.
+func decodeInto[T interface{ Decode(*wire.Dec) }](v T) func(*wire.Dec) error {
+	return func(d *wire.Dec) error { v.Decode(d); return nil }
 }

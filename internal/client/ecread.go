@@ -10,7 +10,6 @@ import (
 	"tandemfs/internal/ec"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
-	"tandemfs/internal/wire"
 )
 
 // Reading erasure-coded files (docs/architecture.md, "Erasure coding"): a
@@ -60,7 +59,7 @@ var (
 // readShard reads dst from shard j of version v at offset off inside the
 // shard. Past the shard's length it reads zeros without asking.
 func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
-	have := l.geo.ShardLen(j, uint64(v.Length))
+	have := l.geo.ShardLen(j, uint64(v.Encoded))
 	clear(dst)
 	if off >= have {
 		return nil
@@ -80,10 +79,10 @@ func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 
 // readVersion fills dst with the stripe's bytes at off (from the stripe's
 // start) as version v holds them, rebuilding what a data shard cannot
-// give from the others.
+// give from the others. Past v.Length they are zeros.
 func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []byte) error {
 	pieces := l.geo.Split(l.geo.StripeStart(v.Stripe)+off, uint64(len(dst)))
-	return each(len(pieces), func(i int) error {
+	err := each(len(pieces), func(i int) error {
 		p := pieces[i]
 		part := dst[p.Pos : p.Pos+p.N]
 		if err := c.readShard(l, v, p.Shard, p.Off, part); err != nil {
@@ -91,6 +90,10 @@ func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []by
 		}
 		return nil
 	})
+	if cut := uint64(v.Length); err == nil && off+uint64(len(dst)) > cut {
+		clear(dst[max(cut, off)-off:]) // a truncate cut the stripe there
+	}
+	return err
 }
 
 // rebuildPiece fills dst with shard j's bytes at off from the other
@@ -104,7 +107,7 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 		if i == j {
 			continue
 		}
-		if off >= l.geo.ShardLen(i, uint64(v.Length)) {
+		if off >= l.geo.ShardLen(i, uint64(v.Encoded)) {
 			shards[i] = make([]byte, n) // zeros, by the shard's length: nothing to read
 			continue
 		}
@@ -204,7 +207,7 @@ func (c *Client) stripeVersion(es *ecState, in *proto.Inode, s, off uint64, dst 
 func (c *Client) ecStripesWindow(ino, from uint64, count uint32) ([]proto.ECStripe, error) {
 	var reply proto.ECStripesReply
 	r := proto.ECStripesReq{Ino: ino, From: from, Count: count}
-	if err := c.metaCall(proto.OpECStripes, r.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil }); err != nil {
+	if err := c.metaCall(proto.OpECStripes, r.Encode, decodeInto(&reply)); err != nil {
 		return nil, err
 	}
 	var out []proto.ECStripe

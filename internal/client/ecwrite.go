@@ -348,7 +348,7 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 	es := st.ec
 	es.mu.Lock()
 	defer es.mu.Unlock()
-	es.pending[s] = &ecPending{version: proto.ECStripe{Stripe: s, Gen: gen, Shards: wrote, Length: uint32(img.valid)},
+	es.pending[s] = &ecPending{version: proto.ECStripe{Stripe: s, Gen: gen, Shards: wrote, Length: uint32(img.valid), Encoded: uint32(img.valid)},
 		base: img.base, dirty: img.dirty}
 	for j := range shards {
 		if wrote&(1<<j) != 0 && len(shards[j]) > 0 {

@@ -152,7 +152,8 @@ func stripes(t *testing.T, c *client.Client, ino uint64) string {
 }
 
 func update(stripe uint64, gen, shards, length, base, baseLength uint32) proto.ECStripeUpdate {
-	return proto.ECStripeUpdate{ECStripe: proto.ECStripe{Stripe: stripe, Gen: gen, Shards: shards, Length: length}, Base: base, BaseLength: baseLength}
+	return proto.ECStripeUpdate{ECStripe: proto.ECStripe{Stripe: stripe, Gen: gen, Shards: shards, Length: length, Encoded: length},
+		Base: base, BaseLength: baseLength}
 }
 
 func TestStripeVersionsAreCommittedWithTheSizeAllOrNone(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // generation holds each stripe, which of its shards were written, and how
 // many bytes it holds. A stripe with no record is a hole.
 //
-//	e<ino:8><stripe:8>  gen (4), shard bitmap (4), length (4)
+//	e<ino:8><stripe:8>  gen (4), shard bitmap (4), length (4), encoded length (4)
 //	v<ino:8>            the file's next write generation (4)
 //	q<ino:8><index:8>   a version a commit or a truncate replaced: its shard
 //	                    chunks (index gen<<32|stripe) on the file's chains go
@@ -54,19 +54,20 @@ func ecStripeKey(ino, stripe uint64) []byte {
 func ecGenKey(ino uint64) []byte { return u64Key(pECGen, ino) }
 
 func marshalECStripe(s *proto.ECStripe) []byte {
-	b := make([]byte, 12)
+	b := make([]byte, 16)
 	binary.BigEndian.PutUint32(b, s.Gen)
 	binary.BigEndian.PutUint32(b[4:], s.Shards)
 	binary.BigEndian.PutUint32(b[8:], s.Length)
+	binary.BigEndian.PutUint32(b[12:], s.Encoded)
 	return b
 }
 
 func unmarshalECStripe(key, v []byte) (proto.ECStripe, error) {
-	if len(key) != 17 || len(v) != 12 {
+	if len(key) != 17 || len(v) != 16 {
 		return proto.ECStripe{}, rpc.Errorf(syscall.EIO, "a stripe record of %d bytes under a key of %d", len(v), len(key))
 	}
 	return proto.ECStripe{Stripe: binary.BigEndian.Uint64(key[9:]), Gen: binary.BigEndian.Uint32(v),
-		Shards: binary.BigEndian.Uint32(v[4:]), Length: binary.BigEndian.Uint32(v[8:])}, nil
+		Shards: binary.BigEndian.Uint32(v[4:]), Length: binary.BigEndian.Uint32(v[8:]), Encoded: binary.BigEndian.Uint32(v[12:])}, nil
 }
 
 func loadECStripe(r reader, ino, stripe uint64) (proto.ECStripe, bool, error) {
@@ -132,8 +133,8 @@ func (t *tx) applyECUpdates(n *inodeRec, us []proto.ECStripeUpdate) error {
 		switch {
 		case u.Stripe > proto.MaxECStripe || u.Gen == 0:
 			return rpc.Errorf(syscall.EINVAL, "stripe %d of generation %d cannot be recorded", u.Stripe, u.Gen)
-		case uint64(u.Length) > stripeBytes:
-			return rpc.Errorf(syscall.EINVAL, "stripe %d holds %d bytes, more than a stripe of %d", u.Stripe, u.Length, stripeBytes)
+		case uint64(u.Encoded) > stripeBytes || u.Length > u.Encoded:
+			return rpc.Errorf(syscall.EINVAL, "stripe %d holds %d bytes encoded as %d; a stripe holds %d", u.Stripe, u.Length, u.Encoded, stripeBytes)
 		case u.Shards&^allShards != 0 || bits.OnesCount32(u.Shards) < int(p.Data):
 			return rpc.Errorf(syscall.EINVAL, "stripe %d written to shards %b: %d+%d needs at least %d of them", u.Stripe, u.Shards, p.Data, p.Parity, p.Data)
 		}

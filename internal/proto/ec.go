@@ -21,10 +21,14 @@ type ECStripe struct {
 	Stripe uint64
 	Gen    uint32 // the write generation whose shards hold it
 	Shards uint32 // bit j: shard j holds this version (a shard missing was not written)
-	// Length is how many bytes of the file, from the stripe's start, its
-	// shards hold; past it the stripe reads as zeros (a truncate cuts it
+	// Length is how many bytes of the file, from the stripe's start, the
+	// stripe holds; past it the stripe reads as zeros (a truncate cuts it
 	// without touching the shards).
 	Length uint32
+	// Encoded is the Length the shards were encoded with (never less than
+	// Length): each shard holds ec.Geometry.ShardLen of it, and reads as
+	// zeros past that, whatever a truncate cut since.
+	Encoded uint32
 }
 
 func (s *ECStripe) Encode(e *wire.Enc) {
@@ -32,9 +36,10 @@ func (s *ECStripe) Encode(e *wire.Enc) {
 	e.U32(s.Gen)
 	e.U32(s.Shards)
 	e.U32(s.Length)
+	e.U32(s.Encoded)
 }
 func (s *ECStripe) Decode(d *wire.Dec) {
-	s.Stripe, s.Gen, s.Shards, s.Length = d.U64(), d.U32(), d.U32(), d.U32()
+	s.Stripe, s.Gen, s.Shards, s.Length, s.Encoded = d.U64(), d.U32(), d.U32(), d.U32(), d.U32()
 }
 
 // ECStripeUpdate is a stripe written in a new generation, to commit.
@@ -95,7 +100,7 @@ func (r *ECStripesReply) Encode(e *wire.Enc) {
 }
 
 func (r *ECStripesReply) Decode(d *wire.Dec) {
-	r.Stripes = make([]ECStripe, d.Count(MaxECStripesList, 20))
+	r.Stripes = make([]ECStripe, d.Count(MaxECStripesList, 24))
 	for i := range r.Stripes {
 		r.Stripes[i].Decode(d)
 	}
@@ -112,7 +117,7 @@ func encodeECUpdates(e *wire.Enc, us []ECStripeUpdate) {
 }
 
 func decodeECUpdates(d *wire.Dec) []ECStripeUpdate {
-	n := d.Count(MaxECUpdates, 28)
+	n := d.Count(MaxECUpdates, 32)
 	if n == 0 {
 		return nil
 	}
