@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"tandemfs/internal/client"
 	"tandemfs/internal/fuse"
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
 )
 
@@ -71,24 +74,7 @@ func (m *ecModel) check(t *testing.T) {
 // the client's block cache, so that the shards are read.
 func (m *ecModel) checkDirect(t *testing.T) {
 	t.Helper()
-	f, err := os.OpenFile(m.path, os.O_RDONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var got []byte
-	buf := alignedBlock(1 << 20)
-	for {
-		n, err := f.ReadAt(buf, int64(len(got)))
-		got = append(got, buf[:n]...)
-		if err != nil || n == 0 {
-			if err != nil && !errors.Is(err, io.EOF) {
-				t.Fatalf("%s: O_DIRECT read at %d: %v", m.path, len(got), err)
-			}
-			break
-		}
-	}
-	if !bytes.Equal(got, m.data) {
+	if got := readWholeDirect(t, m.path); !bytes.Equal(got, m.data) {
 		t.Fatalf("%s: O_DIRECT read %d bytes, want %d (or other bytes)", m.path, len(got), len(m.data))
 	}
 }
@@ -372,4 +358,112 @@ func chunkFiles(t *testing.T, root string, ino uint64) int {
 		return nil
 	})
 	return n
+}
+
+// A shard whose bytes are wrong yet checksummed (written so, not rotted:
+// a block's checksum cannot catch it) is found only by checking parity:
+// `tandem ec repair --verify` finds which shard disagrees and rewrites it.
+func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(4, 1))
+	dir := filepath.Join(c.Mount(), "ec")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Two parity shards: one tells that a shard is wrong, two which.
+	if out, err := runTandem(t, "stripe", "set", "--ec", "2+2", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	m := &ecModel{path: filepath.Join(dir, "f")}
+	f, err := os.Create(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 0, seededBytes(rand.New(rand.NewPCG(7, 7)), 100000))
+	f.Close()
+	fi, _ := os.Stat(m.path)
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+
+	// Write other bytes over data shard 1 of stripe 0 through its storage
+	// server, as a bug would: its checksums follow.
+	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(client.Config{MetaAddr: c.Layout.MetaAddr, Secret: secret, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	n, err := cl.GetAttr(ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := cl.ECStripes(ino, 0)
+	if err != nil || len(ss) == 0 {
+		t.Fatalf("stripes of file %d: %v, %v", ino, ss, err)
+	}
+	m0 := cl.ClusterMap()
+	target := n.Chains[1]
+	var addr string
+	var version uint32
+	for _, ch := range m0.Chains {
+		if ch.ID == target {
+			version = ch.Version
+		}
+	}
+	for _, tg := range m0.Targets {
+		if tg.ID == target {
+			for _, srv := range m0.Servers {
+				if srv.ID == tg.Server {
+					addr = srv.Addr
+				}
+			}
+		}
+	}
+	sc := rpc.NewClient(addr, secret)
+	defer sc.Close()
+	w := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: proto.Routing{Target: target, Chain: target, Version: version}, Ino: ino,
+		Index: proto.ECChunkIndex(ss[0].Gen, 0)}, Data: bytes.Repeat([]byte("wrong"), 4000), Sync: true}
+	if err := sc.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := readWholeDirect(t, m.path)
+	if bytes.Equal(got, m.data) {
+		t.Fatal("the file reads back right with a wrong data shard: the test wrote nothing")
+	}
+
+	out, err := runTandem(t, "ec", "repair", "--data", c.Dir(), dir)
+	if err != nil || !strings.Contains(out, "0        0           0") {
+		t.Fatalf("a repair without --verify reads no shard whole and finds nothing: %v\n%s", err, out)
+	}
+	out, err = runTandem(t, "ec", "repair", "--verify", "--data", c.Dir(), dir)
+	if err != nil {
+		t.Fatalf("ec repair --verify: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "1        0        1           1") {
+		t.Fatalf("ec repair --verify did not find and rewrite one shard:\n%s", out)
+	}
+	m.checkDirect(t)
+}
+
+// readWholeDirect reads a whole file with O_DIRECT.
+func readWholeDirect(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []byte
+	buf := alignedBlock(1 << 20)
+	for {
+		n, err := f.ReadAt(buf, int64(len(got)))
+		got = append(got, buf[:n]...)
+		if n == 0 || err != nil {
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			return got
+		}
+	}
 }

@@ -28,7 +28,9 @@ func init() {
 the shards that were not written (their target did not answer when the stripe
 was written), that are absent or short on their target (a replaced disk), and,
 with --verify, that disagree with the other shards of their stripe (every shard
-is read and parity checked). Rebuilt shards go back to their own targets. Files
+is read and parity checked; with one parity shard a disagreement is found but
+not placed, so it is reported and nothing is rewritten). Rebuilt shards go back
+to their own targets. Files
 that are copied, not coded, are passed over. Shards whose target does not answer
 are counted and left for a later run.`,
 		Args: cobra.MinimumNArgs(1),

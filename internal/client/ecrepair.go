@@ -172,7 +172,9 @@ func (c *Client) repairStripe(l *ecLayout, v proto.ECStripe, sizes []map[uint64]
 
 // disagreeingShard reads every shard of version v and checks parity; if
 // it does not hold, it finds the one shard that, rebuilt from the others,
-// makes it hold (-1: all agree). More than one bad shard is an error.
+// makes it hold (-1: all agree). With one parity shard any shard rebuilt
+// from the others makes it hold, so the wrong one cannot be told: that,
+// like more than one wrong shard, is an error and nothing is rewritten.
 func (c *Client) disagreeingShard(l *ecLayout, v proto.ECStripe) (int, error) {
 	n := l.geo.ShardLen(l.geo.Data, uint64(v.Encoded)) // the longest shard
 	shards := make([][]byte, l.geo.Shards())
@@ -185,6 +187,7 @@ func (c *Client) disagreeingShard(l *ecLayout, v proto.ECStripe) (int, error) {
 	if ok, err := l.codec.Verify(shards, int(n)); err != nil || ok {
 		return -1, err
 	}
+	culprit := -1
 	for j := range shards {
 		trial := make([][]byte, len(shards))
 		copy(trial, shards)
@@ -200,8 +203,14 @@ func (c *Client) disagreeingShard(l *ecLayout, v proto.ECStripe) (int, error) {
 			return -1, err
 		}
 		if ok, _ := l.codec.Verify(trial, int(n)); ok {
-			return j, nil
+			if culprit >= 0 {
+				return -1, rpc.Errorf(syscall.EIO, "stripe %d of file %d: its shards disagree, and %d+%d cannot tell which is wrong", v.Stripe, l.ino, l.geo.Data, l.geo.Parity)
+			}
+			culprit = j
 		}
 	}
-	return -1, rpc.Errorf(syscall.EIO, "stripe %d of file %d: its shards disagree in more than one place", v.Stripe, l.ino)
+	if culprit < 0 {
+		return -1, rpc.Errorf(syscall.EIO, "stripe %d of file %d: its shards disagree in more than one place", v.Stripe, l.ino)
+	}
+	return culprit, nil
 }
