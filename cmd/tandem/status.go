@@ -291,6 +291,16 @@ type statusJSON struct {
 	Quotas []quotaJSON `json:"quotas,omitempty"`
 	// NFS is the NFS gateway's service addresses and heads, if any.
 	NFS *nfsJSON `json:"nfs,omitempty"`
+	// ECRepair: erasure-coded stripes written without a shard, and the
+	// leader's rebuilding of them (absent when there has been none).
+	ECRepair *ecRepairJSON `json:"ec_repair,omitempty"`
+}
+
+type ecRepairJSON struct {
+	DegradedStripes uint64 `json:"degraded_stripes"`
+	RebuiltShards   uint64 `json:"rebuilt_shards"`
+	RebuiltBytes    uint64 `json:"rebuilt_bytes"`
+	BytesPerSec     uint64 `json:"bytes_per_sec"`
 }
 
 type serverJSON struct {
@@ -440,6 +450,12 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		j.Chains = append(j.Chains, cj)
 	}
 	j.NFS = nfsStatusJSON(st.NFS, now)
+	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 {
+		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec}
+		if e.Degraded > 0 {
+			j.Healthy = false
+		}
+	}
 	for _, f := range st.Fencing {
 		j.Fencing = append(j.Fencing, fenceJSON{f.ServerID, time.UnixMilli(f.AtMs).UTC().Format(time.RFC3339), f.Fenced, f.Summary})
 	}
@@ -580,6 +596,16 @@ func printStatus(j *statusJSON) {
 	printScrubs(j)
 	printQuotas(j)
 	printNFS(j.NFS)
+	if e := j.ECRepair; e != nil {
+		left := ""
+		if e.BytesPerSec > 0 && e.RebuiltShards > 0 && e.DegradedStripes > 0 {
+			// About one shard per degraded stripe, of the size rebuilt so far.
+			secs := float64(e.DegradedStripes) * float64(e.RebuiltBytes) / float64(e.RebuiltShards) / float64(e.BytesPerSec)
+			left = fmt.Sprintf(", about %s left", (time.Duration(secs) * time.Second).Round(time.Second))
+		}
+		fmt.Printf("\nerasure coding: %d stripes lack a shard (rebuilt in the background); %d shards rebuilt (%s) at %s/s%s\n",
+			e.DegradedStripes, e.RebuiltShards, humanBytes(e.RebuiltBytes), humanBytes(e.BytesPerSec), left)
+	}
 	for _, f := range j.Fencing {
 		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)
 	}

@@ -65,6 +65,42 @@ func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 	return stats, nil
 }
 
+// RepairECStripes is RepairEC for the given stripes of file ino only (the
+// metadata service's background repair of stripes written without a
+// shard).
+func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, error) {
+	var stats ECRepairStats
+	in, err := c.GetAttr(ino)
+	if err != nil {
+		return stats, err
+	}
+	if in.Mode&syscall.S_IFMT != syscall.S_IFREG || !in.Stripe.EC.On() || in.Inline {
+		return stats, nil // replaced by a file that holds no such stripes
+	}
+	l, err := ecLayoutOf(in)
+	if err != nil {
+		return stats, err
+	}
+	sizes := make([]map[uint64]uint64, l.geo.Shards())
+	for j := range sizes {
+		sizes[j] = c.shardChunkSizes(l, j)
+	}
+	for _, s := range stripes {
+		vs, err := c.ecStripesWindow(ino, s, 1)
+		if err != nil {
+			return stats, err
+		}
+		if len(vs) == 0 {
+			continue // cut by a truncate meanwhile
+		}
+		stats.Stripes++
+		if err := c.repairStripe(l, vs[0], sizes, false, &stats); err != nil {
+			return stats, err
+		}
+	}
+	return stats, nil
+}
+
 // shardChunkSizes lists the sizes of file l.ino's chunks on shard j's
 // target; nil if the target does not answer.
 func (c *Client) shardChunkSizes(l *ecLayout, j int) map[uint64]uint64 {

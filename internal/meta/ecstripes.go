@@ -22,11 +22,48 @@ import (
 //	                    chunks (index gen<<32|stripe) on the file's chains go
 //	                    in the background (gc.go)
 
+//	r<ino:8><stripe:8>  a stripe whose version lacks shards that hold data:
+//	                    the leader rebuilds them in the background (ecrepair.go)
+
 const (
-	pECStripe  = 'e'
-	pECGen     = 'v'
-	pECGarbage = 'q'
+	pECStripe   = 'e'
+	pECGen      = 'v'
+	pECGarbage  = 'q'
+	pECDegraded = 'r'
 )
+
+func ecDegradedKey(ino, stripe uint64) []byte {
+	k := ecStripeKey(ino, stripe)
+	k[0] = pECDegraded
+	return k
+}
+
+// markDegraded records whether version v of a stripe of n lacks a shard
+// that holds data.
+func (t *tx) markDegraded(n *inodeRec, v *proto.ECStripe) {
+	p := n.Stripe.EC
+	cell := uint64(n.Stripe.ChunkSize)
+	var want uint32
+	for j := 0; j < p.Shards(); j++ {
+		if ecShardHolds(j, int(p.Data), cell, uint64(v.Encoded)) {
+			want |= 1 << j
+		}
+	}
+	if v.Shards&want != want {
+		t.b.Set(ecDegradedKey(n.Ino, v.Stripe), nil, nil)
+	} else {
+		t.b.Delete(ecDegradedKey(n.Ino, v.Stripe), nil)
+	}
+}
+
+// ecShardHolds reports whether shard j of a stripe encoded with length
+// bytes holds any (ec.Geometry.ShardLen > 0).
+func ecShardHolds(j, data int, cell, length uint64) bool {
+	if j >= data {
+		return length > 0
+	}
+	return length > uint64(j)*cell
+}
 
 func ecGarbageKey(ino, index uint64) []byte {
 	k := make([]byte, 17)
@@ -150,6 +187,7 @@ func (t *tx) applyECUpdates(n *inodeRec, us []proto.ECStripeUpdate) error {
 			t.replaced(n, cur)
 		}
 		t.b.Set(ecStripeKey(n.Ino, u.Stripe), marshalECStripe(&u.ECStripe), nil)
+		t.markDegraded(n, &u.ECStripe)
 	}
 	return nil
 }
@@ -181,6 +219,7 @@ func (t *tx) truncateECStripes(n *inodeRec, size uint64) error {
 		switch {
 		case keep == 0:
 			t.b.Delete(ecStripeKey(n.Ino, s.Stripe), nil)
+			t.b.Delete(ecDegradedKey(n.Ino, s.Stripe), nil)
 			t.replaced(n, s)
 		case uint64(s.Length) > keep:
 			s.Length = uint32(keep)
@@ -194,7 +233,7 @@ func (t *tx) truncateECStripes(n *inodeRec, size uint64) error {
 // generation counter of a removed file (its chunks, of every generation,
 // go with its garbage record).
 func (t *tx) dropECStripes(ino uint64) error {
-	for _, lo := range [][]byte{ecStripeKey(ino, 0)[:9], ecGarbageKey(ino, 0)[:9]} {
+	for _, lo := range [][]byte{ecStripeKey(ino, 0)[:9], ecGarbageKey(ino, 0)[:9], ecDegradedKey(ino, 0)[:9]} {
 		it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 		if err != nil {
 			return err

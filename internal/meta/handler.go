@@ -391,6 +391,7 @@ func (s *Service) status(out *wire.Enc) error {
 	if r.NFS, err = s.nfsStatus(); err != nil {
 		return err
 	}
+	r.ECRepair = s.ecRepairStatus()
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

@@ -94,6 +94,7 @@ type Service struct {
 	// entry committed before it took over; only then are reads current.
 	serving     atomic.Bool
 	leaderSince atomic.Int64 // unix ns when serving began
+	ecRepair    ecRepairer   // background repair of degraded erasure-coded stripes
 	live        *liveness
 	flaps       *flapCounter // used by the failure loop only
 	fences      *fence.Log
@@ -183,13 +184,14 @@ func Start(cfg Config) (*Service, error) {
 	}
 	s.srv = &rpc.Server{Name: "meta", Secret: cfg.Secret, Handler: s.handle, Logf: cfg.Logf, Observer: servedMetrics,
 		PollNext: cfg.PollNext}
-	s.wg.Add(6)
+	s.wg.Add(7)
 	go func() { defer s.wg.Done(); s.leadershipLoop() }()
 	go func() { defer s.wg.Done(); s.failureLoop() }()
 	go func() { defer s.wg.Done(); s.srv.Serve(ln) }()
 	go func() { defer s.wg.Done(); s.gcLoop() }()
 	go func() { defer s.wg.Done(); s.orphanLoop() }()
 	go func() { defer s.wg.Done(); s.lockLoop() }()
+	go func() { defer s.wg.Done(); s.ecRepairLoop() }()
 	return s, nil
 }
 

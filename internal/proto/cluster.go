@@ -492,6 +492,18 @@ type StatusReply struct {
 	// NFS lists the NFS gateway's service addresses (absent from older
 	// replies).
 	NFS []NFSService
+	// ECRepair is the background repair of erasure-coded stripes written
+	// without a shard (absent from older replies).
+	ECRepair ECRepairStatus
+}
+
+// ECRepairStatus: stripes that lack a shard, and the shards the leader
+// rebuilt since it took over.
+type ECRepairStatus struct {
+	Degraded     uint64
+	Rebuilt      uint64
+	RebuiltBytes uint64
+	BytesPerSec  uint64 // rebuilt bytes per second since the leader took over
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -530,6 +542,10 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	for i := range r.NFS {
 		r.NFS[i].Encode(e)
 	}
+	e.U64(r.ECRepair.Degraded)
+	e.U64(r.ECRepair.Rebuilt)
+	e.U64(r.ECRepair.RebuiltBytes)
+	e.U64(r.ECRepair.BytesPerSec)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -564,6 +580,9 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 		for i := range r.NFS {
 			r.NFS[i].Decode(d)
 		}
+	}
+	if len(d.Rest()) >= 32 {
+		r.ECRepair = ECRepairStatus{Degraded: d.U64(), Rebuilt: d.U64(), RebuiltBytes: d.U64(), BytesPerSec: d.U64()}
 	}
 }
 

@@ -1,0 +1,121 @@
+package meta
+
+import (
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"tandemfs/internal/client"
+	"tandemfs/internal/proto"
+)
+
+// Stripes written while a shard's target did not answer are recorded
+// without that shard (ecstripes.go, the r keys): they survive one failure
+// fewer. The leader rebuilds such shards in the background, as a client
+// of its own service (internal/client: RepairECStripes reads the stripe
+// from the shards it has, writes the missing ones to their targets and
+// records them), and `tandem status` shows how many wait and the rate.
+
+// ecRetryAfter is how long a stripe whose repair found a target still
+// silent waits before the next try.
+const ecRetryAfter = 10 * time.Second
+
+// ecRepairer is the leader's background repair and its progress.
+type ecRepairer struct {
+	mu       sync.Mutex
+	client   *client.Client
+	retry    map[[2]uint64]time.Time // (ino, stripe) -> not before
+	repaired uint64                  // shards rebuilt since this replica led
+	bytes    uint64
+	since    time.Time
+}
+
+func (s *Service) ecRepairLoop() {
+	s.every(2*time.Second, func() {
+		if s.serving.Load() {
+			s.repairDegraded(64)
+		}
+	})
+	s.ecRepair.mu.Lock()
+	defer s.ecRepair.mu.Unlock()
+	if s.ecRepair.client != nil {
+		s.ecRepair.client.Close()
+	}
+}
+
+// repairDegraded repairs up to max degraded stripes whose time has come.
+func (s *Service) repairDegraded(max int) {
+	byIno := map[uint64][]uint64{}
+	now := time.Now()
+	r := &s.ecRepair
+	r.mu.Lock()
+	prefix := []byte{pECDegraded}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		r.mu.Unlock()
+		return
+	}
+	n := 0
+	for ok := it.First(); ok && n < max; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 17 {
+			continue
+		}
+		key := [2]uint64{decodeU64(k[1:9]), decodeU64(k[9:])}
+		if now.Before(r.retry[key]) {
+			continue
+		}
+		byIno[key[0]] = append(byIno[key[0]], key[1])
+		n++
+	}
+	it.Close()
+	if len(byIno) > 0 && r.client == nil {
+		c, err := client.New(client.Config{MetaAddr: s.Addr(), Secret: s.cfg.Secret, GiveUp: 10 * time.Second,
+			Logf: func(string, ...any) {}})
+		if err != nil {
+			r.mu.Unlock()
+			s.logf("erasure coding repair: %v", err)
+			return
+		}
+		r.client, r.since, r.retry = c, time.Now(), map[[2]uint64]time.Time{}
+	}
+	c := r.client
+	r.mu.Unlock()
+	for ino, stripes := range byIno {
+		st, err := c.RepairECStripes(ino, stripes)
+		r.mu.Lock()
+		r.repaired += uint64(st.Rebuilt)
+		r.bytes += st.RebuiltBytes
+		if err != nil || st.Unreachable > 0 || st.UnrecoverableErr != nil {
+			for _, stripe := range stripes {
+				r.retry[[2]uint64{ino, stripe}] = time.Now().Add(ecRetryAfter)
+			}
+		}
+		r.mu.Unlock()
+		if err != nil {
+			s.logf("erasure coding repair of file %d: %v", ino, err)
+		}
+	}
+}
+
+// ecRepairStatus counts the degraded stripes (up to a million) and
+// reports what the repair did.
+func (s *Service) ecRepairStatus() proto.ECRepairStatus {
+	var st proto.ECRepairStatus
+	prefix := []byte{pECDegraded}
+	if it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)}); err == nil {
+		for ok := it.First(); ok && st.Degraded < 1_000_000; ok = it.Next() {
+			st.Degraded++
+		}
+		it.Close()
+	}
+	r := &s.ecRepair
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st.Rebuilt, st.RebuiltBytes = r.repaired, r.bytes
+	if secs := time.Since(r.since).Seconds(); !r.since.IsZero() && secs > 0 {
+		st.BytesPerSec = uint64(float64(r.bytes) / secs)
+	}
+	return st
+}
