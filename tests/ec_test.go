@@ -417,8 +417,66 @@ func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
 	fi, _ := os.Stat(m.path)
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 
-	// Write other bytes over data shard 1 of stripe 0 through its storage
-	// server, as a bug would: its checksums follow.
+	// `tandem scrub`: the metadata leader checks every coded file.
+	corruptShard(t, c, ino, 1)
+	if bytes.Equal(readWholeDirect(t, m.path), m.data) {
+		t.Fatal("the file reads back right with a wrong data shard: the test changed nothing")
+	}
+	if out, err := runTandem(t, "scrub", "--data", c.Dir()); err != nil || !strings.Contains(out, "parity check of erasure-coded files started") {
+		t.Fatalf("scrub: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := runTandem(t, "status", "--json", "--data", c.Dir())
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var st struct {
+			ECScrub *struct {
+				Running    bool   `json:"running"`
+				Mismatched uint64 `json:"mismatched_shards"`
+				Rebuilt    uint64 `json:"rebuilt_shards"`
+				Files      uint64 `json:"files"`
+			} `json:"ec_scrub"`
+		}
+		json.Unmarshal([]byte(out), &st)
+		if s := st.ECScrub; s != nil && !s.Running {
+			if s.Files != 1 || s.Mismatched != 1 || s.Rebuilt != 1 {
+				t.Fatalf("the parity check ended: %+v, want 1 file, 1 wrong shard rebuilt", *s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the parity check did not end: %s", out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	m.checkDirect(t)
+
+	// `tandem ec repair --verify` on a path.
+	corruptShard(t, c, ino, 0)
+	if bytes.Equal(readWholeDirect(t, m.path), m.data) {
+		t.Fatal("the file reads back right with a wrong data shard: the test changed nothing")
+	}
+	out, err := runTandem(t, "ec", "repair", "--data", c.Dir(), dir)
+	if err != nil || !strings.Contains(out, "0        0           0") {
+		t.Fatalf("a repair without --verify reads no shard whole and finds nothing: %v\n%s", err, out)
+	}
+	out, err = runTandem(t, "ec", "repair", "--verify", "--data", c.Dir(), dir)
+	if err != nil {
+		t.Fatalf("ec repair --verify: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "1        0        1           1") {
+		t.Fatalf("ec repair --verify did not find and rewrite one shard:\n%s", out)
+	}
+	m.checkDirect(t)
+}
+
+// corruptShard writes other bytes over data shard j of stripe 0 of file
+// ino through its storage server, as a bug would: its checksums follow,
+// so only parity tells.
+func corruptShard(t *testing.T, c *testcluster.Cluster, ino uint64, j int) {
+	t.Helper()
 	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
 	if err != nil {
 		t.Fatal(err)
@@ -436,21 +494,19 @@ func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
 	if err != nil || len(ss) == 0 {
 		t.Fatalf("stripes of file %d: %v, %v", ino, ss, err)
 	}
-	m0 := cl.ClusterMap()
-	target := n.Chains[1]
+	m := cl.ClusterMap()
+	target := n.Chains[j]
 	var addr string
 	var version uint32
-	for _, ch := range m0.Chains {
+	for _, ch := range m.Chains {
 		if ch.ID == target {
 			version = ch.Version
 		}
 	}
-	for _, tg := range m0.Targets {
-		if tg.ID == target {
-			for _, srv := range m0.Servers {
-				if srv.ID == tg.Server {
-					addr = srv.Addr
-				}
+	for _, tg := range m.Targets {
+		for _, srv := range m.Servers {
+			if tg.ID == target && srv.ID == tg.Server {
+				addr = srv.Addr
 			}
 		}
 	}
@@ -461,23 +517,6 @@ func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
 	if err := sc.CallData(proto.OpChunkWrite, w.EncodeHead, w.Data, nil); err != nil {
 		t.Fatal(err)
 	}
-	got := readWholeDirect(t, m.path)
-	if bytes.Equal(got, m.data) {
-		t.Fatal("the file reads back right with a wrong data shard: the test wrote nothing")
-	}
-
-	out, err := runTandem(t, "ec", "repair", "--data", c.Dir(), dir)
-	if err != nil || !strings.Contains(out, "0        0           0") {
-		t.Fatalf("a repair without --verify reads no shard whole and finds nothing: %v\n%s", err, out)
-	}
-	out, err = runTandem(t, "ec", "repair", "--verify", "--data", c.Dir(), dir)
-	if err != nil {
-		t.Fatalf("ec repair --verify: %v\n%s", err, out)
-	}
-	if !strings.Contains(out, "1        0        1           1") {
-		t.Fatalf("ec repair --verify did not find and rewrite one shard:\n%s", out)
-	}
-	m.checkDirect(t)
 }
 
 // readWholeDirect reads a whole file with O_DIRECT.

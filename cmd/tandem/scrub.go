@@ -21,7 +21,9 @@ controller event, without waiting for its schedule (--scrub-every of
 "tandem storage", a week by default). A scrub reads back every stored block
 at the server's --scrub-rate, verifies its checksum and rewrites bad blocks
 from a good copy; a server already scrubbing starts another pass when the
-current one ends. "tandem status" shows the progress and what was found.`,
+current one ends. The metadata leader also checks the parity of every
+erasure-coded file (every shard of every stripe read, missing or wrong shards
+rebuilt). "tandem status" shows the progress and what was found.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, secret, err := cf.clusterStatus()
@@ -40,6 +42,13 @@ current one ends. "tandem status" shows the progress and what was found.`,
 				}
 				fmt.Printf("storage server %d (%s): scrub started\n", srv.ID, srv.Addr)
 			}
+			// The parity of erasure-coded files: checked by the metadata
+			// leader, which reads every shard of every stripe.
+			if err := askLeader(cf, proto.OpECScrub); err != nil {
+				errs = append(errs, fmt.Errorf("metadata service: starting the parity check of erasure-coded files: %w", err))
+			} else {
+				fmt.Println("metadata service: parity check of erasure-coded files started")
+			}
 			if len(errs) > 0 {
 				return errors.Join(errs...)
 			}
@@ -49,4 +58,26 @@ current one ends. "tandem status" shows the progress and what was found.`,
 	}
 	cf.add(cmd)
 	rootCmd.AddCommand(cmd)
+}
+
+// askLeader sends op (no body) to whichever metadata replica leads.
+func askLeader(cf connectFlags, op uint16) error {
+	addr, secret, err := cf.resolve()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	asked := false
+	for _, cl := range metaClients(addr, secret) {
+		if !asked {
+			err := cl.Call(op, nil, nil)
+			asked = err == nil
+			errs = append(errs, err)
+		}
+		cl.Close()
+	}
+	if asked {
+		return nil
+	}
+	return errors.Join(errs...)
 }

@@ -294,6 +294,22 @@ type statusJSON struct {
 	// ECRepair: erasure-coded stripes written without a shard, and the
 	// leader's rebuilding of them (absent when there has been none).
 	ECRepair *ecRepairJSON `json:"ec_repair,omitempty"`
+	// ECScrub: the parity check of erasure-coded files (tandem scrub), if
+	// one ran since the leader took over.
+	ECScrub *ecScrubJSON `json:"ec_scrub,omitempty"`
+}
+
+type ecScrubJSON struct {
+	Running     bool   `json:"running"`
+	Percent     uint32 `json:"percent"`
+	Files       uint64 `json:"files"`
+	Stripes     uint64 `json:"stripes"`
+	Missing     uint64 `json:"missing_shards"`
+	Mismatched  uint64 `json:"mismatched_shards"`
+	Rebuilt     uint64 `json:"rebuilt_shards"`
+	Unreachable uint64 `json:"unreachable_shards"`
+	Started     string `json:"started"`
+	Ended       string `json:"ended,omitempty"`
 }
 
 type ecRepairJSON struct {
@@ -450,6 +466,14 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		j.Chains = append(j.Chains, cj)
 	}
 	j.NFS = nfsStatusJSON(st.NFS, now)
+	if e := st.ECScrub; e.StartedMs != 0 {
+		j.ECScrub = &ecScrubJSON{Running: e.Running, Percent: e.Percent, Files: e.Files, Stripes: e.Stripes, Missing: e.Missing,
+			Mismatched: e.Mismatched, Rebuilt: e.Rebuilt, Unreachable: e.Unreachable,
+			Started: time.UnixMilli(e.StartedMs).UTC().Format(time.RFC3339)}
+		if e.EndedMs != 0 && !e.Running {
+			j.ECScrub.Ended = time.UnixMilli(e.EndedMs).UTC().Format(time.RFC3339)
+		}
+	}
 	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 {
 		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec}
 		if e.Degraded > 0 {
@@ -605,6 +629,14 @@ func printStatus(j *statusJSON) {
 		}
 		fmt.Printf("\nerasure coding: %d stripes lack a shard (rebuilt in the background); %d shards rebuilt (%s) at %s/s%s\n",
 			e.DegradedStripes, e.RebuiltShards, humanBytes(e.RebuiltBytes), humanBytes(e.BytesPerSec), left)
+	}
+	if e := j.ECScrub; e != nil {
+		state := fmt.Sprintf("%d%%, started %s", e.Percent, e.Started)
+		if !e.Running {
+			state = "ended " + e.Ended
+		}
+		fmt.Printf("erasure-coding parity check: %s: %d files, %d stripes, %d shards missing, %d wrong, %d rebuilt, %d on targets that did not answer\n",
+			state, e.Files, e.Stripes, e.Missing, e.Mismatched, e.Rebuilt, e.Unreachable)
 	}
 	for _, f := range j.Fencing {
 		fmt.Printf("fencing %s: %s\n", f.At, f.Summary)

@@ -35,6 +35,9 @@ func (s *Service) ecRepairLoop() {
 	s.every(2*time.Second, func() {
 		if s.serving.Load() {
 			s.repairDegraded(64)
+			if c := s.ecClient(); c != nil {
+				s.maybeECScrub(c)
+			}
 		}
 	})
 	s.ecRepair.mu.Lock()
@@ -70,18 +73,14 @@ func (s *Service) repairDegraded(max int) {
 		n++
 	}
 	it.Close()
-	if len(byIno) > 0 && r.client == nil {
-		c, err := client.New(client.Config{MetaAddr: s.Addr(), Secret: s.cfg.Secret, GiveUp: 10 * time.Second,
-			Logf: func(string, ...any) {}})
-		if err != nil {
-			r.mu.Unlock()
-			s.logf("erasure coding repair: %v", err)
-			return
-		}
-		r.client, r.since, r.retry = c, time.Now(), map[[2]uint64]time.Time{}
-	}
-	c := r.client
 	r.mu.Unlock()
+	if len(byIno) == 0 {
+		return
+	}
+	c := s.ecClient()
+	if c == nil {
+		return
+	}
 	for ino, stripes := range byIno {
 		st, err := c.RepairECStripes(ino, stripes)
 		r.mu.Lock()
@@ -97,6 +96,24 @@ func (s *Service) repairDegraded(max int) {
 			s.logf("erasure coding repair of file %d: %v", ino, err)
 		}
 	}
+}
+
+// ecClient is the leader's client of its own service, for repairs and
+// parity checks; nil if it cannot be made.
+func (s *Service) ecClient() *client.Client {
+	r := &s.ecRepair
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.client == nil {
+		c, err := client.New(client.Config{MetaAddr: s.Addr(), Secret: s.cfg.Secret, GiveUp: 10 * time.Second,
+			Logf: func(string, ...any) {}})
+		if err != nil {
+			s.logf("erasure coding repair: %v", err)
+			return nil
+		}
+		r.client, r.since, r.retry = c, time.Now(), map[[2]uint64]time.Time{}
+	}
+	return r.client
 }
 
 // ecRepairStatus counts the degraded stripes (up to a million) and

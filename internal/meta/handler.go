@@ -144,6 +144,8 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpNFSLease:
 		var r proto.NFSLeaseReq
 		return read(d, &r, func() error { return s.nfsLease(&r, out) })
+	case proto.OpECScrub:
+		return read(d, nil, func() error { s.askECScrub(); return nil })
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })
@@ -392,6 +394,7 @@ func (s *Service) status(out *wire.Enc) error {
 		return err
 	}
 	r.ECRepair = s.ecRepairStatus()
+	r.ECScrub = s.ecScrubStatus()
 	for _, o := range s.fences.Latest() {
 		r.Fencing = append(r.Fencing, proto.FenceEvent{ServerID: o.Server.ID, AtMs: o.Started.UnixMilli(), Fenced: o.Fenced, Summary: o.String()})
 	}

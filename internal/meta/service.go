@@ -95,6 +95,7 @@ type Service struct {
 	serving     atomic.Bool
 	leaderSince atomic.Int64 // unix ns when serving began
 	ecRepair    ecRepairer   // background repair of degraded erasure-coded stripes
+	ecScrub     ecScrubber   // parity checks of erasure-coded files
 	live        *liveness
 	flaps       *flapCounter // used by the failure loop only
 	fences      *fence.Log

@@ -495,6 +495,40 @@ type StatusReply struct {
 	// ECRepair is the background repair of erasure-coded stripes written
 	// without a shard (absent from older replies).
 	ECRepair ECRepairStatus
+	// ECScrub is the leader's parity check of every erasure-coded file
+	// (absent from older replies).
+	ECScrub ECScrubStatus
+}
+
+// ECScrubStatus is the progress of a parity check of every erasure-coded
+// file (`tandem scrub`), or of the last one.
+type ECScrubStatus struct {
+	Running     bool
+	Percent     uint32 // of the inodes looked at
+	Files       uint64 // erasure-coded files checked
+	Stripes     uint64
+	Missing     uint64 // shards absent, short or not written
+	Mismatched  uint64 // shards that disagreed with parity
+	Rebuilt     uint64
+	Unreachable uint64
+	StartedMs   int64 // unix ms; 0: none yet since this leader took over
+	EndedMs     int64 // unix ms of the end of the last pass; 0: none
+}
+
+func (s *ECScrubStatus) Encode(e *wire.Enc) {
+	e.Bool(s.Running)
+	e.U32(s.Percent)
+	for _, v := range []uint64{s.Files, s.Stripes, s.Missing, s.Mismatched, s.Rebuilt, s.Unreachable} {
+		e.U64(v)
+	}
+	e.I64(s.StartedMs)
+	e.I64(s.EndedMs)
+}
+
+func (s *ECScrubStatus) Decode(d *wire.Dec) {
+	s.Running, s.Percent = d.Bool(), d.U32()
+	s.Files, s.Stripes, s.Missing, s.Mismatched, s.Rebuilt, s.Unreachable = d.U64(), d.U64(), d.U64(), d.U64(), d.U64(), d.U64()
+	s.StartedMs, s.EndedMs = d.I64(), d.I64()
 }
 
 // ECRepairStatus: stripes that lack a shard, and the shards the leader
@@ -546,6 +580,7 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U64(r.ECRepair.Rebuilt)
 	e.U64(r.ECRepair.RebuiltBytes)
 	e.U64(r.ECRepair.BytesPerSec)
+	r.ECScrub.Encode(e)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -583,6 +618,9 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	}
 	if len(d.Rest()) >= 32 {
 		r.ECRepair = ECRepairStatus{Degraded: d.U64(), Rebuilt: d.U64(), RebuiltBytes: d.U64(), BytesPerSec: d.U64()}
+	}
+	if len(d.Rest()) >= 69 {
+		r.ECScrub.Decode(d)
 	}
 }
 

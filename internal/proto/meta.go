@@ -45,6 +45,7 @@ const (
 	OpNFSLease  // an NFS gateway head asks for, renews or gives back a service address (nfs.go)
 	OpECGen     // a write generation of an erasure-coded file (ec.go)
 	OpECStripes // the recorded stripes of an erasure-coded file (ec.go)
+	OpECScrub   // start a parity check of every erasure-coded file (ec.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

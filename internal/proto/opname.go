@@ -39,6 +39,7 @@ var opNames = map[uint16]string{
 	OpNFSLease:         "nfs_lease",
 	OpECGen:            "ec_gen",
 	OpECStripes:        "ec_stripes",
+	OpECScrub:          "ec_scrub",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",
