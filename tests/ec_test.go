@@ -329,7 +329,7 @@ func TestErasureCodingBadInputIsRefusedWithTheReason(t *testing.T) {
 		{[]string{"--ec", "0+1", dir}, "data shards (K) must be 2 to 16"},
 		{[]string{"--ec", "4+0", dir}, "no parity shard"},
 		{[]string{"--ec", "4+2", dir}, "6 shards on a server of its own; the cluster has 3 servers"},
-		{[]string{"--ec", "2+1", "--failure-domain", "rack", dir}, "no storage server carries a rack label"},
+		{[]string{"--ec", "4+2", "--failure-domain", "rack", dir}, "6 shards in a rack of its own; the cluster has 3 racks"},
 		{[]string{"--ec", "2+1", "--replicas", "2", dir}, "without --replicas"},
 		{[]string{"--ec", "2+1", file}, "is not a directory"},
 		{[]string{"--ec", "four", dir}, "want K+M"},
@@ -538,5 +538,49 @@ func readWholeDirect(t *testing.T, path string) []byte {
 			}
 			return got
 		}
+	}
+}
+
+// With --failure-domain rack a file's shards go one per rack: a whole
+// rack may fail.
+func TestShardsOnePerRackSurviveTheLossOfARack(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithRacks(3), testcluster.WithMountFlags("--give-up", "6s"))
+	dir := filepath.Join(c.Mount(), "racked")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--ec", "2+1", "--failure-domain", "rack", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	var files []*ecModel
+	for i := 0; i < 4; i++ {
+		m := &ecModel{path: filepath.Join(dir, fmt.Sprintf("f%d", i))}
+		f, err := os.Create(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.writeAt(t, f, 0, seededBytes(r, 300000))
+		f.Close()
+		files = append(files, m)
+		out, err := runTandem(t, "stripe", "get", "--json", m.path)
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var l fuse.Layout
+		json.Unmarshal([]byte(out), &l)
+		racks := map[string]bool{}
+		for _, sh := range l.EC.Shards {
+			racks[sh.Rack] = true
+		}
+		if l.EC == nil || l.EC.FailureDomain != "rack" || len(l.EC.Shards) != 3 || len(racks) != 3 {
+			t.Fatalf("%s: layout %s, want its 3 shards in 3 racks", m.path, out)
+		}
+	}
+	// rack1 holds storage1 and storage4 (tandem up labels in turn).
+	c.KillProcess("storage1")
+	c.KillProcess("storage4")
+	for _, m := range files {
+		m.checkDirect(t)
 	}
 }

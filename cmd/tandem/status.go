@@ -323,6 +323,7 @@ type serverJSON struct {
 	ID   uint32 `json:"id"`
 	Addr string `json:"addr"`
 	UUID string `json:"uuid"`
+	Rack string `json:"rack,omitempty"`
 	// PrivateSeen is the last heartbeat over the private network, for
 	// servers that have one.
 	PrivateSeen string `json:"private_last_seen,omitempty"`
@@ -422,7 +423,7 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 		}
 	}
 	for _, s := range st.Map.Servers {
-		sj := serverJSON{ID: s.ID, Addr: s.Addr, UUID: s.UUID}
+		sj := serverJSON{ID: s.ID, Addr: s.Addr, UUID: s.UUID, Rack: s.Rack}
 		if ms, ok := st.PrivateSeenMs[s.ID]; ok {
 			sj.PrivateSeen = time.UnixMilli(ms).UTC().Format(time.RFC3339)
 		}
@@ -593,9 +594,13 @@ func printStatus(j *statusJSON) {
 	}
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SERVER\tADDRESS\tTARGETS ONLINE\tSIZE\tFREE\tFILE SYSTEMS")
+	fmt.Fprintln(w, "SERVER\tADDRESS\tRACK\tTARGETS ONLINE\tSIZE\tFREE\tFILE SYSTEMS")
 	for _, s := range j.Servers {
-		fmt.Fprintf(w, "%d\t%s\t%d of %d\t%s\t%s\t%d\n", s.ID, s.Addr, s.Online, s.Targets,
+		rack := s.Rack
+		if rack == "" {
+			rack = "-"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d of %d\t%s\t%s\t%d\n", s.ID, s.Addr, rack, s.Online, s.Targets,
 			humanBytes(s.Total), humanBytes(s.Free), s.FileSystems)
 	}
 	w.Flush()

@@ -20,7 +20,7 @@ import (
 func init() {
 	var (
 		listen, advertise, meta, secretFile, state string
-		metaPrivate, faultFile, scrubRate          string
+		metaPrivate, faultFile, scrubRate, rack    string
 		targets                                    []string
 		heartbeat, scrubEvery                      time.Duration
 		resyncShare                                float64
@@ -86,6 +86,7 @@ it was registered with before.`,
 				AdvertiseAddr:     advertise,
 				MetaAddrs:         metas,
 				PrivateMetaAddrs:  private,
+				Rack:              rack,
 				Secret:            secret,
 				TargetDirs:        targets,
 				StateDir:          state,
@@ -113,6 +114,7 @@ it was registered with before.`,
 	f.StringVar(&secretFile, "secret-file", "", "file holding the cluster secret (mode 0600)")
 	f.StringArrayVar(&targets, "target", nil, "target directory (repeat for several)")
 	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
+	f.StringVar(&rack, "rack", "", "the rack (or room, or any failure domain above the server) this server is in: erasure-coded files with --failure-domain rack put one shard per rack")
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
 	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")

@@ -164,7 +164,11 @@ func init() {
 			if l.EC != nil {
 				fmt.Printf("erasure coding: %d+%d, one shard per %s\n", l.EC.Data, l.EC.Parity, l.EC.FailureDomain)
 				for _, sh := range l.EC.Shards {
-					fmt.Printf("shard %-3d %-6s target %d on server %d (%s)\n", sh.Shard, sh.Kind, sh.Target, sh.Server, sh.Addr)
+					rack := ""
+					if sh.Rack != "" {
+						rack = ", rack " + sh.Rack
+					}
+					fmt.Printf("shard %-3d %-6s target %d on server %d (%s%s)\n", sh.Shard, sh.Kind, sh.Target, sh.Server, sh.Addr, rack)
 				}
 			}
 			if short := newFilesShort(l); short != "" {
@@ -204,7 +208,11 @@ func newFilesShort(l *fuse.Layout) string {
 // one per failure domain, before the pattern is set.
 func ecPlaceable(scheme ec.Scheme, domain string, dir *fuse.Layout) error {
 	if domain == "rack" {
-		return fmt.Errorf("--ec %s --failure-domain rack: no storage server carries a rack label", scheme)
+		if dir.Racks < scheme.Shards() {
+			return fmt.Errorf("--ec %s --failure-domain rack puts each of its %d shards in a rack of its own; the cluster has %d racks with targets (tandem storage --rack; a server without a label is a rack of its own)",
+				scheme, scheme.Shards(), dir.Racks)
+		}
+		return nil
 	}
 	if dir.Servers < scheme.Shards() {
 		return fmt.Errorf("--ec %s puts each of its %d shards on a server of its own; the cluster has %d servers with targets", scheme, scheme.Shards(), dir.Servers)

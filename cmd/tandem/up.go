@@ -87,6 +87,7 @@ running and brings back every file.`,
 	f.BoolVar(&o.NoInline, "no-inline", false, "keep every file on storage targets (new file systems only)")
 	f.StringVar(&o.ChunkSize, "chunk-size", "", "default chunk size, e.g. 1M (new file systems only)")
 	f.IntVar(&o.StripeCount, "stripe-count", 0, "default stripe count (new file systems only; default 4)")
+	f.IntVar(&o.Racks, "racks", 0, "label the storage servers rack1..rackN in turn, as failure domains for erasure coding (--failure-domain rack)")
 	f.StringVar(&o.EC, "ec", "", "erasure code new files K+M (e.g. 4+2 with --servers 6, 8+2 with --servers 10): set on the root directory")
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
 	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")

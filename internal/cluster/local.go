@@ -44,6 +44,8 @@ type Options struct {
 	// of every directory that does not say otherwise); set once the
 	// storage servers are up, since it needs K+M of them.
 	EC string
+	// Racks labels the storage servers rack1..rackN in turn (0: none).
+	Racks int
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
@@ -369,7 +371,7 @@ func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
 func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 	want := 0
 	env := serviceEnv(runtime.NumCPU(), len(l.Servers))
-	for _, s := range l.Servers {
+	for i, s := range l.Servers {
 		args := []string{"storage", "--listen", s.Listen, "--meta", l.MetaAddr, "--secret-file", l.SecretFile,
 			"--state", filepath.Join(o.Dir, "storage", s.Name)}
 		for _, t := range s.Targets {
@@ -383,6 +385,9 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 		}
 		if o.ScrubEvery > 0 {
 			args = append(args, "--scrub-every", o.ScrubEvery.String())
+		}
+		if o.Racks > 0 {
+			args = append(args, "--rack", fmt.Sprintf("rack%d", i%o.Racks+1))
 		}
 		args = append(args, o.StorageFlags...)
 		started, err := o.start(s.Name, args, env)

@@ -34,13 +34,23 @@ func ecPattern(scheme, domain string) (proto.ECPattern, error) {
 	return p, nil
 }
 
-// serversWithTargets counts the servers that have targets.
-func serversWithTargets(m proto.ClusterMap) int {
-	servers := map[uint32]bool{}
-	for _, t := range m.Targets {
-		servers[t.Server] = true
+// domainsWithTargets counts the servers that have targets, and their
+// racks (a server without a rack label is a rack of its own).
+func domainsWithTargets(m proto.ClusterMap) (servers, racks int) {
+	rackOf := map[uint32]string{}
+	for _, s := range m.Servers {
+		rackOf[s.ID] = s.Rack
 	}
-	return len(servers)
+	seen, rackSeen := map[uint32]bool{}, map[string]bool{}
+	for _, t := range m.Targets {
+		seen[t.Server] = true
+		rack := rackOf[t.Server]
+		if rack == "" {
+			rack = fmt.Sprintf("\x00server %d", t.Server)
+		}
+		rackSeen[rack] = true
+	}
+	return len(seen), len(rackSeen)
 }
 
 // ecLayout describes n's erasure coding and, for a file on its shards,
@@ -55,9 +65,9 @@ func ecLayout(m proto.ClusterMap, n *proto.Inode) *ECLayout {
 	for _, t := range m.Targets {
 		target[t.ID] = t
 	}
-	addr := map[uint32]string{}
+	addr, rack := map[uint32]string{}, map[uint32]string{}
 	for _, s := range m.Servers {
-		addr[s.ID] = s.Addr
+		addr[s.ID], rack[s.ID] = s.Addr, s.Rack
 	}
 	for j, chain := range n.Chains {
 		kind := "data"
@@ -68,7 +78,7 @@ func ecLayout(m proto.ClusterMap, n *proto.Inode) *ECLayout {
 		for _, ch := range m.Chains {
 			if ch.ID == chain && len(ch.Targets) == 1 {
 				t := target[ch.Targets[0]]
-				sh.Target, sh.Server, sh.Addr = t.ID, t.Server, addr[t.Server]
+				sh.Target, sh.Server, sh.Addr, sh.Rack = t.ID, t.Server, addr[t.Server], rack[t.Server]
 			}
 		}
 		l.Shards = append(l.Shards, sh)

@@ -353,6 +353,9 @@ type Layout struct {
 	// Servers counts, for a directory, the servers with targets: the
 	// failure domains erasure-coded files can spread their shards over.
 	Servers int `json:"servers,omitempty"`
+	// Racks counts, for a directory, the racks with targets (a server
+	// without a rack label is a rack of its own).
+	Racks int `json:"racks,omitempty"`
 	// EC is a file's erasure coding, or the one a directory gives new
 	// files; absent when they are copied.
 	EC *ECLayout `json:"ec,omitempty"`
@@ -374,6 +377,7 @@ type ShardLayout struct {
 	Target uint32 `json:"target"`
 	Server uint32 `json:"server"`
 	Addr   string `json:"addr"`
+	Rack   string `json:"rack,omitempty"`
 }
 
 // ChainLayout is one chain of a file's layout.
@@ -410,7 +414,7 @@ func (fs *FS) layout(ino uint64) ([]byte, error) {
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		m := fs.c.ClusterMap()
 		l.NewFileCount, l.NewFileReplicas = newFileStripes(m, n.Stripe)
-		l.Servers = serversWithTargets(m)
+		l.Servers, l.Racks = domainsWithTargets(m)
 	}
 	if n.Stripe.EC.On() {
 		l.EC = ecLayout(fs.c.ClusterMap(), n)

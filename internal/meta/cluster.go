@@ -94,7 +94,7 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 		}
 		srv = &proto.Server{ID: id, UUID: r.UUID}
 	}
-	srv.Addr = r.Addr
+	srv.Addr, srv.Rack = r.Addr, r.Rack
 	t.b.Set(u32Key(prefixServer, srv.ID), marshalServer(srv), nil)
 	reply := proto.RegisterServerReply{ServerID: srv.ID}
 	for _, ti := range r.Targets {
@@ -155,11 +155,17 @@ func (f *FSM) reloadChains() {
 		f.logf("loading targets: %v", err)
 		return
 	}
+	servers, err := loadServers(f.db)
+	if err != nil {
+		f.logf("loading servers: %v", err)
+		return
+	}
 	byReplicas := spreadChains(chains, targets)
-	domains := shardDomains(chains, targets)
+	byServer := shardDomains(chains, targets, servers, proto.DomainServer)
+	byRack := shardDomains(chains, targets, servers, proto.DomainRack)
 	f.chainsMu.Lock()
 	f.chainsByReplicas = byReplicas
-	f.shardDomains = domains
+	f.shardDomains = map[uint8][][]uint32{proto.DomainServer: byServer, proto.DomainRack: byRack}
 	f.chainsMu.Unlock()
 }
 

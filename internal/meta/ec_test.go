@@ -22,10 +22,16 @@ import (
 // (no process behind them: the metadata service only records them).
 func registerServers(t *testing.T, svc *meta.Service, from, n, targets int) {
 	t.Helper()
+	registerRackServers(t, svc, from, n, targets, func(int) string { return "" })
+}
+
+// registerRackServers is registerServers with server i in rack rack(i).
+func registerRackServers(t *testing.T, svc *meta.Service, from, n, targets int, rack func(i int) string) {
+	t.Helper()
 	raw := rpc.NewClient(svc.Addr(), testSecret)
 	defer raw.Close()
 	for i := from; i < from+n; i++ {
-		req := proto.RegisterServerReq{UUID: fmt.Sprintf("server-%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i)}
+		req := proto.RegisterServerReq{UUID: fmt.Sprintf("server-%d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 1000+i), Rack: rack(i)}
 		for j := 0; j < targets; j++ {
 			req.Targets = append(req.Targets, proto.TargetInfo{UUID: fmt.Sprintf("target-%d-%d", i, j), Path: "/t", TotalBytes: 1 << 30, FreeBytes: 1 << 30})
 		}
@@ -61,9 +67,6 @@ func TestAnErasureCodedPatternNeedsAServerPerShard(t *testing.T) {
 	wantErr(t, c.SetStripe(dir.Ino, ecPattern(0, 1)), syscall.EINVAL, "no data shard")
 	wantErr(t, c.SetStripe(dir.Ino, ecPattern(4, 0)), syscall.EINVAL, "no parity shard")
 	wantErr(t, c.SetStripe(dir.Ino, ecPattern(17, 2)), syscall.EINVAL, "must be 2 to 16")
-	rack := ecPattern(2, 1)
-	rack.EC.Domain = proto.DomainRack
-	wantErr(t, c.SetStripe(dir.Ino, rack), syscall.EINVAL, "no storage server carries a rack label")
 	both := ecPattern(2, 1)
 	both.Replicas = 2
 	wantErr(t, c.SetStripe(dir.Ino, both), syscall.EINVAL, "not both")
@@ -116,6 +119,39 @@ func TestANewFileInAnErasureCodedDirectoryGetsOneTargetPerServer(t *testing.T) {
 	}
 	if n := mk(t, c, dir.Ino, "copied", 0o100644); n.Stripe.EC.On() {
 		t.Fatalf("a file made after --replicas: pattern %+v", n.Stripe.EC)
+	}
+}
+
+func TestShardsSpreadOverRacksWhenThePatternSaysSo(t *testing.T) {
+	svc, c := setup(t)
+	// Six servers in two racks.
+	registerRackServers(t, svc, 0, 6, 1, func(i int) string { return fmt.Sprintf("rack-%d", i%2) })
+	dir := mkdirIn(t, c, proto.RootIno, "ec")
+	rack := ecPattern(2, 1)
+	rack.EC.Domain = proto.DomainRack
+	wantErr(t, c.SetStripe(dir.Ino, rack), syscall.EINVAL, "3 shards on a rack of its own; the cluster has 2 racks")
+	registerRackServers(t, svc, 6, 1, 1, func(int) string { return "rack-2" })
+	if err := c.SetStripe(dir.Ino, rack); err != nil {
+		t.Fatalf("2+1 over three racks: %v", err)
+	}
+	m := c.ClusterMap()
+	rackOf := map[uint32]string{}
+	for _, tg := range m.Targets {
+		for _, s := range m.Servers {
+			if s.ID == tg.Server {
+				rackOf[tg.ID] = s.Rack
+			}
+		}
+	}
+	for i := 0; i < 6; i++ {
+		n := mk(t, c, dir.Ino, fmt.Sprintf("f%d", i), 0o100644)
+		racks := map[string]bool{}
+		for _, ch := range n.Chains {
+			racks[rackOf[ch]] = true
+		}
+		if len(n.Chains) != 3 || len(racks) != 3 {
+			t.Fatalf("file %d: chains %v in racks %v, want one shard in each of 3 racks", i, n.Chains, racks)
+		}
 	}
 }
 

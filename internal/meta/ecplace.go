@@ -14,32 +14,41 @@ import (
 // j'th chain of their layout, and each of those chains is a chain of one
 // target (every target is one, with the target's ID). The K+M targets of
 // a file are in K+M different failure domains, so losing any M domains
-// loses at most M shards of any stripe. A failure domain is a server;
-// racks are named by no server yet, so a pattern asking for racks is
-// refused.
+// loses at most M shards of any stripe. A failure domain is a server, or
+// a rack (the label a server registers with, tandem storage --rack; a
+// server without one is a rack of its own).
 
-// shardDomains groups the chains of one target by the server of their
-// target: servers in ID order, each one's chains in ID order.
-func shardDomains(chains []proto.Chain, targets []proto.Target) [][]uint32 {
-	serverOf := map[uint32]uint32{}
-	for _, t := range targets {
-		serverOf[t.ID] = t.Server
+// shardDomains groups the chains of one target by failure domain: the
+// server of their target, or its rack. Domains in the order of their
+// names, each one's chains in ID order.
+func shardDomains(chains []proto.Chain, targets []proto.Target, servers []proto.Server, kind uint8) [][]uint32 {
+	rackOf := map[uint32]string{}
+	for _, s := range servers {
+		rackOf[s.ID] = s.Rack
 	}
-	byServer := map[uint32][]uint32{}
+	domainOf := map[uint32]string{} // target -> domain name
+	for _, t := range targets {
+		name := fmt.Sprintf("server %010d", t.Server)
+		if rack := rackOf[t.Server]; kind == proto.DomainRack && rack != "" {
+			name = "rack " + rack
+		}
+		domainOf[t.ID] = name
+	}
+	byDomain := map[string][]uint32{}
 	for _, c := range chains {
 		if len(c.Targets) == 1 {
-			srv := serverOf[c.Targets[0]]
-			byServer[srv] = append(byServer[srv], c.ID)
+			d := domainOf[c.Targets[0]]
+			byDomain[d] = append(byDomain[d], c.ID)
 		}
 	}
-	servers := make([]uint32, 0, len(byServer))
-	for srv := range byServer {
-		servers = append(servers, srv)
+	names := make([]string, 0, len(byDomain))
+	for d := range byDomain {
+		names = append(names, d)
 	}
-	slices.Sort(servers)
-	out := make([][]uint32, len(servers))
-	for i, srv := range servers {
-		out[i] = byServer[srv]
+	slices.Sort(names)
+	out := make([][]uint32, len(names))
+	for i, d := range names {
+		out[i] = byDomain[d]
 		slices.Sort(out[i])
 	}
 	return out
@@ -51,20 +60,28 @@ func (f *FSM) checkECPattern(p proto.ECPattern) error {
 	if err := s.Check(); err != nil {
 		return rpc.Errorf(syscall.EINVAL, "%v", err)
 	}
-	switch p.Domain {
-	case proto.DomainServer:
-	case proto.DomainRack:
-		return rpc.Errorf(syscall.EINVAL, "erasure coding %s over racks: no storage server carries a rack label", s)
-	default:
+	if p.Domain != proto.DomainServer && p.Domain != proto.DomainRack {
 		return rpc.Errorf(syscall.EINVAL, "failure domain %d unknown", p.Domain)
 	}
 	f.chainsMu.Lock()
-	domains := len(f.shardDomains)
+	domains := len(f.shardDomains[p.Domain])
 	f.chainsMu.Unlock()
 	if domains < s.Shards() {
-		return rpc.Errorf(syscall.EINVAL, "erasure coding %s puts each of %d shards on a server of its own; the cluster has %d servers with targets", s, s.Shards(), domains)
+		what := "servers with targets"
+		if p.Domain == proto.DomainRack {
+			what = "racks with targets (a server without a rack label is a rack of its own)"
+		}
+		return rpc.Errorf(syscall.EINVAL, "erasure coding %s puts each of %d shards on a %s of its own; the cluster has %d %s",
+			s, s.Shards(), domainWord(p.Domain), domains, what)
 	}
 	return nil
+}
+
+func domainWord(d uint8) string {
+	if d == proto.DomainRack {
+		return "rack"
+	}
+	return "server"
 }
 
 // pickShards chooses the chains of a new erasure-coded file: one target
@@ -74,11 +91,11 @@ func (f *FSM) checkECPattern(p proto.ECPattern) error {
 // same.
 func (f *FSM) pickShards(ino uint64, p proto.ECPattern) ([]uint32, error) {
 	f.chainsMu.Lock()
-	domains := f.shardDomains
+	domains := f.shardDomains[p.Domain]
 	f.chainsMu.Unlock()
 	n := p.Shards()
 	if len(domains) < n {
-		return nil, rpc.Errorf(syscall.ENOSPC, "erasure coding %d+%d needs %d servers with targets; the cluster has %d", p.Data, p.Parity, n, len(domains))
+		return nil, rpc.Errorf(syscall.ENOSPC, "erasure coding %d+%d needs %d %ss with targets; the cluster has %d", p.Data, p.Parity, n, domainWord(p.Domain), len(domains))
 	}
 	start := ino % uint64(len(domains))
 	turn := ino / uint64(len(domains))

@@ -65,8 +65,8 @@ type FSM struct {
 	inlineLimit uint32
 
 	chainsMu         sync.Mutex
-	chainsByReplicas map[int][]uint32 // chain IDs by number of members
-	shardDomains     [][]uint32       // chains of one target, by server (ecplace.go)
+	chainsByReplicas map[int][]uint32     // chain IDs by number of members
+	shardDomains     map[uint8][][]uint32 // chains of one target, by failure domain kind, then domain (ecplace.go)
 }
 
 // result is what Apply returns through the raft future.

@@ -96,12 +96,16 @@ func marshalServer(s *proto.Server) []byte {
 	e.U32(s.ID)
 	e.String(s.UUID)
 	e.String(s.Addr)
+	e.String(s.Rack)
 	return e.B
 }
 
 func unmarshalServer(b []byte) (proto.Server, error) {
 	d := wire.NewDec(b)
 	s := proto.Server{ID: d.U32(), UUID: d.String(64), Addr: d.String(256)}
+	if len(d.Rest()) > 0 { // records from before racks end here
+		s.Rack = d.String(proto.MaxRack)
+	}
 	return s, d.Finish()
 }
 

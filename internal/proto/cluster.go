@@ -19,7 +19,14 @@ type Server struct {
 	ID   uint32
 	UUID string
 	Addr string // host:port clients connect to
+	// Rack labels the server's failure domain above itself (tandem
+	// storage --rack); "" for none. Erasure-coded files may spread their
+	// shards one per rack.
+	Rack string
 }
+
+// MaxRack bounds a rack label.
+const MaxRack = 64
 
 // Target is a storage target (a directory on a server's local disk).
 type Target struct {
@@ -161,6 +168,7 @@ func (m *ClusterMap) Encode(e *wire.Enc) {
 		e.U32(s.ID)
 		e.String(s.UUID)
 		e.String(s.Addr)
+		e.String(s.Rack)
 	}
 	e.U32(uint32(len(m.Targets)))
 	for _, t := range m.Targets {
@@ -175,11 +183,12 @@ func (m *ClusterMap) Encode(e *wire.Enc) {
 func (m *ClusterMap) Decode(d *wire.Dec) {
 	m.Version = d.U64()
 	m.InlineLimit = d.U32()
-	m.Servers = make([]Server, d.Count(MaxList, 12))
+	m.Servers = make([]Server, d.Count(MaxList, 16))
 	for i := range m.Servers {
 		m.Servers[i].ID = d.U32()
 		m.Servers[i].UUID = d.String(64)
 		m.Servers[i].Addr = d.String(256)
+		m.Servers[i].Rack = d.String(MaxRack)
 	}
 	m.Targets = make([]Target, d.Count(MaxList, 30))
 	for i := range m.Targets {
@@ -250,6 +259,7 @@ func (t *TargetInfo) Decode(d *wire.Dec) {
 type RegisterServerReq struct {
 	UUID    string
 	Addr    string
+	Rack    string // the server's rack label (after Known on the wire)
 	Targets []TargetInfo
 	// Known are the versions of its replicated chains the server last
 	// served at: a member whose chain is still at that version missed
@@ -276,6 +286,7 @@ func (r *RegisterServerReq) Encode(e *wire.Enc) {
 		e.U32(k.Target)
 		e.U32(k.Version)
 	}
+	e.String(r.Rack)
 }
 
 func (r *RegisterServerReq) Decode(d *wire.Dec) {
@@ -288,6 +299,9 @@ func (r *RegisterServerReq) Decode(d *wire.Dec) {
 	r.Known = make([]ChainVersion, d.Count(MaxList, 12))
 	for i := range r.Known {
 		r.Known[i] = ChainVersion{d.U32(), d.U32(), d.U32()}
+	}
+	if len(d.Rest()) > 0 { // log entries from before racks end here
+		r.Rack = d.String(MaxRack)
 	}
 }
 

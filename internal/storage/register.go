@@ -60,7 +60,7 @@ func (s *Service) targetInfos() []proto.TargetInfo {
 
 // register sends OpRegisterServer and adopts the IDs it returns.
 func (s *Service) register() bool {
-	req := proto.RegisterServerReq{UUID: s.uuid, Addr: s.addr, Targets: s.targetInfos(), Known: s.knownChainVersions()}
+	req := proto.RegisterServerReq{UUID: s.uuid, Addr: s.addr, Rack: s.cfg.Rack, Targets: s.targetInfos(), Known: s.knownChainVersions()}
 	var rep proto.RegisterServerReply
 	addr, err := s.callMeta(proto.OpRegisterServer, req.Encode, func(d *wire.Dec) error {
 		rep.Decode(d)

@@ -30,7 +30,10 @@ type Config struct {
 	// the servers have one: heartbeats go over both, so that losing one
 	// network is not mistaken for a failed server.
 	PrivateMetaAddrs []string
-	Secret           rpc.Secret
+	// Rack labels the server's failure domain above itself, for
+	// erasure-coded files that spread their shards one per rack.
+	Rack   string
+	Secret rpc.Secret
 	// TargetDirs are the target directories to serve; they must exist.
 	TargetDirs []string
 	// StateDir holds server.uuid, the server's identity. Default: the

@@ -115,6 +115,9 @@ func WithStorageFlags(flags ...string) Option {
 	return func(o *cluster.Options) { o.StorageFlags = append(o.StorageFlags, flags...) }
 }
 
+// WithRacks labels the storage servers rack1..rackN in turn.
+func WithRacks(n int) Option { return func(o *cluster.Options) { o.Racks = n } }
+
 // WithNFS starts the cluster's NFS gateway too: two heads holding one
 // service address (cluster.NFSLayout).
 func WithNFS() Option { return func(o *cluster.Options) { o.NFS = true } }
