@@ -23,8 +23,13 @@ import (
 // and this client's bytes written over it.
 
 // ecMaxImages bounds the stripes of one file held in memory: a new one
-// past it sends the oldest first.
-const ecMaxImages = 4
+// past it sends the oldest first. ecMaxSending bounds the stripes of one
+// file being sent in the background: a writer past it waits, so that a
+// writer faster than the targets holds at most that many in memory.
+const (
+	ecMaxImages  = 4
+	ecMaxSending = 4
+)
 
 // ecState is an open erasure-coded file's stripes in this client.
 type ecState struct {
@@ -41,6 +46,7 @@ type ecState struct {
 	pending map[uint64]*ecPending    // sent, not yet committed
 	written map[chunkKey]struct{}    // shard chunks to sync before the commit
 	err     error                    // of a flush in the background, for the commit
+	sending chan struct{}            // a slot per background flush (ecMaxSending)
 
 	recorded   map[uint64]proto.ECStripe // the metadata service's versions ...
 	windows    map[uint64]bool           // ... of these windows of stripes ...
@@ -67,7 +73,7 @@ type ecPending struct {
 }
 
 func newECState() *ecState {
-	return &ecState{images: map[uint64]*ecImage{}, busy: map[uint64]chan struct{}{},
+	return &ecState{images: map[uint64]*ecImage{}, busy: map[uint64]chan struct{}{}, sending: make(chan struct{}, ecMaxSending),
 		pending: map[uint64]*ecPending{}, written: map[chunkKey]struct{}{},
 		recorded: map[uint64]proto.ECStripe{}, windows: map[uint64]bool{}}
 }
@@ -150,7 +156,7 @@ func (c *Client) writeEC(st *fileState, in *proto.Inode, off uint64, data []byte
 		}
 		touched = append(touched, s)
 		if b == stripeBytes && !wait {
-			go c.flushInBackground(st, l, s)
+			c.flushInBackground(st, l, s)
 		}
 		pos += b - a
 	}
@@ -168,7 +174,7 @@ func (c *Client) writeEC(st *fileState, in *proto.Inode, off uint64, data []byte
 	}
 	es.mu.Unlock()
 	for _, s := range old {
-		go c.flushInBackground(st, l, s)
+		c.flushInBackground(st, l, s)
 	}
 	return nil
 }
@@ -240,15 +246,22 @@ func (c *Client) loadImage(st *fileState, in *proto.Inode, l *ecLayout, s, a, b 
 	return img, nil
 }
 
-// flushInBackground sends stripe s; an error waits for the commit.
+// flushInBackground sends stripe s in the background, once one of the
+// file's ecMaxSending slots is free (the caller waits for it); an error
+// waits for the commit.
 func (c *Client) flushInBackground(st *fileState, l *ecLayout, s uint64) {
-	if err := c.flushStripe(st, l, s); err != nil {
-		st.ec.mu.Lock()
-		if st.ec.err == nil {
-			st.ec.err = err
+	es := st.ec
+	es.sending <- struct{}{}
+	go func() {
+		defer func() { <-es.sending }()
+		if err := c.flushStripe(st, l, s); err != nil {
+			es.mu.Lock()
+			if es.err == nil {
+				es.err = err
+			}
+			es.mu.Unlock()
 		}
-		st.ec.mu.Unlock()
-	}
+	}()
 }
 
 // flushStripe sends stripe s's image, if it has one, as a version under
