@@ -584,3 +584,79 @@ func TestShardsOnePerRackSurviveTheLossOfARack(t *testing.T) {
 		m.checkDirect(t)
 	}
 }
+
+// A server silent past --ec-rebuild-after is retired: each coded file's
+// shard there moves to a server the file does not use yet and is rebuilt
+// there in the background, so that M more servers may fail afterwards.
+func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(7, 1), testcluster.WithECRebuildAfter(4*time.Second),
+		testcluster.WithMountFlags("--give-up", "6s"))
+	dir := filepath.Join(c.Mount(), "ec")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	var files []*ecModel
+	for i := 0; i < 7; i++ {
+		m := &ecModel{path: filepath.Join(dir, fmt.Sprintf("f%d", i))}
+		f, err := os.Create(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.writeAt(t, f, 0, seededBytes(r, 1<<20+i*1000))
+		f.Close()
+		files = append(files, m)
+	}
+	gone := c.Layout.Servers[0].Listen // storage1
+	c.KillProcess("storage1")
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, err := runTandem(t, "status", "--json", "--data", c.Dir())
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var st struct {
+			ECRepair *struct {
+				Degraded   uint64 `json:"degraded_stripes"`
+				Evacuating uint64 `json:"evacuating_files"`
+				Rebuilt    uint64 `json:"rebuilt_shards"`
+			} `json:"ec_repair"`
+		}
+		json.Unmarshal([]byte(out), &st)
+		if e := st.ECRepair; e != nil && e.Rebuilt > 0 && e.Degraded == 0 && e.Evacuating == 0 {
+			t.Logf("after storage1 went: %+v", *e)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards on storage1 were not rebuilt elsewhere: %s", out)
+		}
+		time.Sleep(time.Second)
+	}
+	for _, m := range files {
+		out, err := runTandem(t, "stripe", "get", "--json", m.path)
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var l fuse.Layout
+		json.Unmarshal([]byte(out), &l)
+		servers := map[uint32]bool{}
+		for _, sh := range l.EC.Shards {
+			if sh.Addr == gone {
+				t.Fatalf("%s still has shard %d on storage1 (%s)", m.path, sh.Shard, gone)
+			}
+			servers[sh.Server] = true
+		}
+		if len(servers) != 6 {
+			t.Fatalf("%s: shards on %d servers, want 6: %s", m.path, len(servers), out)
+		}
+	}
+	// Two more may go now.
+	c.KillProcess("storage2")
+	c.KillProcess("storage3")
+	for _, m := range files {
+		m.checkDirect(t)
+	}
+}

@@ -25,6 +25,7 @@ func init() {
 		chunk                                   string
 		count                                   uint32
 		syncEvery, failureTimeout, pollNext     time.Duration
+		ecRebuildAfter                          time.Duration
 		peers                                   []string
 		fenceFile                               string
 	)
@@ -65,7 +66,7 @@ func init() {
 				noInline = true // as it says: no file is small enough
 			}
 			svc, err := meta.Start(meta.Config{
-				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout,
+				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout, ECRebuildAfter: ecRebuildAfter,
 				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
@@ -99,6 +100,7 @@ func init() {
 		"after a reply, poll for the next request this long before letting the CPU idle (lower latency for clients that call in a row, at the cost of that CPU time); 0 turns it off")
 	f.StringVar(&fenceFile, "fence-config", "", "JSON file naming the fence agents to run against a failed storage server (see docs/ha.md)")
 	f.DurationVar(&failureTimeout, "failure-timeout", 3*time.Second, "a storage server silent this long on the public network is failed over")
+	f.DurationVar(&ecRebuildAfter, "ec-rebuild-after", 10*time.Minute, "a storage server silent this long is retired for erasure coding: its shards are rebuilt on other targets (negative: never)")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

@@ -317,6 +317,9 @@ type ecRepairJSON struct {
 	RebuiltShards   uint64 `json:"rebuilt_shards"`
 	RebuiltBytes    uint64 `json:"rebuilt_bytes"`
 	BytesPerSec     uint64 `json:"bytes_per_sec"`
+	// EvacuatingFiles: coded files with shards still on retired targets
+	// (servers silent past --ec-rebuild-after).
+	EvacuatingFiles uint64 `json:"evacuating_files"`
 }
 
 type serverJSON struct {
@@ -475,9 +478,9 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 			j.ECScrub.Ended = time.UnixMilli(e.EndedMs).UTC().Format(time.RFC3339)
 		}
 	}
-	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 {
-		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec}
-		if e.Degraded > 0 {
+	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 || e.Evacuating > 0 {
+		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec, e.Evacuating}
+		if e.Degraded > 0 || e.Evacuating > 0 {
 			j.Healthy = false
 		}
 	}
@@ -634,6 +637,9 @@ func printStatus(j *statusJSON) {
 		}
 		fmt.Printf("\nerasure coding: %d stripes lack a shard (rebuilt in the background); %d shards rebuilt (%s) at %s/s%s\n",
 			e.DegradedStripes, e.RebuiltShards, humanBytes(e.RebuiltBytes), humanBytes(e.BytesPerSec), left)
+		if e.EvacuatingFiles > 0 {
+			fmt.Printf("erasure coding: %d files still have shards on retired targets (servers silent past --ec-rebuild-after)\n", e.EvacuatingFiles)
+		}
 	}
 	if e := j.ECScrub; e != nil {
 		state := fmt.Sprintf("%d%%, started %s", e.Percent, e.Started)

@@ -116,7 +116,7 @@ func (es *ecState) committed() {
 	es.mu.Lock()
 	defer es.mu.Unlock()
 	es.pending = map[uint64]*ecPending{}
-	es.gen = 0
+	es.gen, es.chains = 0, nil
 	es.recorded, es.windows = map[uint64]proto.ECStripe{}, map[uint64]bool{}
 }
 

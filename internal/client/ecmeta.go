@@ -49,3 +49,15 @@ func (c *Client) CommitEC(r *proto.CommitWriteReq) (*proto.Inode, error) {
 func decodeInto[T interface{ Decode(*wire.Dec) }](v T) func(*wire.Dec) error {
 	return func(d *wire.Dec) error { v.Decode(d); return nil }
 }
+
+// ecLayoutNow asks the metadata service for file ino's layout as it is
+// now. Unlike FreshAttr it neither caches the inode nor overlays the open
+// file's state, so it may be called with the file's st.mu held.
+func (c *Client) ecLayoutNow(ino uint64) ([]uint32, error) {
+	var n proto.Inode
+	r := proto.InoReq{Ino: ino}
+	if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+		return nil, err
+	}
+	return n.Chains, nil
+}

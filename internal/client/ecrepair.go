@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"syscall"
 
 	"tandemfs/internal/proto"
@@ -34,7 +36,7 @@ type ECRepairStats struct {
 // checks parity, rewriting a shard that disagrees with the rest.
 func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 	var stats ECRepairStats
-	in, err := c.GetAttr(ino)
+	in, err := c.FreshAttr(ino)
 	if err != nil {
 		return stats, err
 	}
@@ -52,13 +54,14 @@ func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 	if err != nil {
 		return stats, err
 	}
+	written := c.writtenGen(in)
 	sizes := make([]map[uint64]uint64, l.geo.Shards()) // shard -> chunk index -> size; nil: not listed
 	for j := range sizes {
 		sizes[j] = c.shardChunkSizes(l, j)
 	}
 	for _, v := range stripes {
 		stats.Stripes++
-		if err := c.repairStripe(l, v, sizes, verify, &stats); err != nil {
+		if err := c.repairStripe(l, v, sizes, verify, written, &stats); err != nil {
 			return stats, err
 		}
 	}
@@ -70,7 +73,7 @@ func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 // shard).
 func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, error) {
 	var stats ECRepairStats
-	in, err := c.GetAttr(ino)
+	in, err := c.FreshAttr(ino)
 	if err != nil {
 		return stats, err
 	}
@@ -81,6 +84,7 @@ func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, e
 	if err != nil {
 		return stats, err
 	}
+	written := c.writtenGen(in)
 	sizes := make([]map[uint64]uint64, l.geo.Shards())
 	for j := range sizes {
 		sizes[j] = c.shardChunkSizes(l, j)
@@ -94,11 +98,38 @@ func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, e
 			continue // cut by a truncate meanwhile
 		}
 		stats.Stripes++
-		if err := c.repairStripe(l, vs[0], sizes, false, &stats); err != nil {
+		if err := c.repairStripe(l, vs[0], sizes, false, written, &stats); err != nil {
 			return stats, err
 		}
 	}
 	return stats, nil
+}
+
+// errLayoutMoved: a shard of the file moved while it was being repaired.
+var errLayoutMoved = errors.New("a shard of the file moved to another target meanwhile")
+
+// writtenGen returns, once asked, a generation taken before any shard is
+// rebuilt, and checks that in's layout is still the file's then: it tells
+// the metadata service that the rebuilt shards went to the layout as of
+// that generation (a shard that moved later is dropped; ecevacuate.go).
+func (c *Client) writtenGen(in *proto.Inode) func() (uint32, error) {
+	var gen uint32
+	var err error
+	return func() (uint32, error) {
+		if gen != 0 || err != nil {
+			return gen, err
+		}
+		if gen, err = c.ECGen(in.Ino); err != nil {
+			return 0, err
+		}
+		now, err2 := c.ecLayoutNow(in.Ino)
+		if err2 != nil {
+			err = err2
+		} else if !slices.Equal(now, in.Chains) {
+			err = errLayoutMoved
+		}
+		return gen, err
+	}
 }
 
 // shardChunkSizes lists the sizes of file l.ino's chunks on shard j's
@@ -129,7 +160,7 @@ func (c *Client) shardChunkSizes(l *ecLayout, j int) map[uint64]uint64 {
 }
 
 // repairStripe checks version v of a stripe and rebuilds what it lacks.
-func (c *Client) repairStripe(l *ecLayout, v proto.ECStripe, sizes []map[uint64]uint64, verify bool, stats *ECRepairStats) error {
+func (c *Client) repairStripe(l *ecLayout, v proto.ECStripe, sizes []map[uint64]uint64, verify bool, written func() (uint32, error), stats *ECRepairStats) error {
 	index := proto.ECChunkIndex(v.Gen, v.Stripe)
 	var bad uint32 // shards to rebuild
 	for j := range sizes {
@@ -155,6 +186,14 @@ func (c *Client) repairStripe(l *ecLayout, v proto.ECStripe, sizes []map[uint64]
 	}
 	if bad == 0 {
 		return nil
+	}
+	gen, err := written()
+	if errors.Is(err, errLayoutMoved) {
+		stats.StripesSkipped++
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	// The stripe's bytes as encoded (a truncate may have cut it since),
 	// from the shards that are good.
@@ -198,7 +237,7 @@ func (c *Client) repairStripe(l *ecLayout, v proto.ECStripe, sizes []map[uint64]
 		return nil
 	}
 	_, err = c.CommitEC(&proto.CommitWriteReq{Ino: l.ino,
-		EC: []proto.ECStripeUpdate{{ECStripe: fixed, Base: v.Gen, BaseLength: v.Length}}})
+		EC: []proto.ECStripeUpdate{{ECStripe: fixed, Base: v.Gen, BaseLength: v.Length, Written: gen}}})
 	if errnoOf(err) == proto.ErrStripeChanged {
 		stats.StripesSkipped++
 		return nil

@@ -40,6 +40,7 @@ type ecState struct {
 
 	mu      sync.Mutex
 	gen     uint32                   // for the next flushes; 0: ask for one
+	chains  []uint32                 // the layout as of gen: where its shards go
 	images  map[uint64]*ecImage      // stripes being written
 	order   []uint64                 // images, oldest first
 	busy    map[uint64]chan struct{} // stripes being loaded or sent
@@ -295,25 +296,33 @@ func (c *Client) flushStripe(st *fileState, l *ecLayout, s uint64) error {
 	return err
 }
 
-// writeGen is the generation to write under, asked for when there is none.
-func (c *Client) writeGen(st *fileState) (uint32, error) {
+// writeGen is the generation to write under, asked for when there is
+// none, and the layout as of then: the layout is read after the
+// generation is handed out, so that a shard moved off a retired target
+// before it goes to its new target (and one moved after is known to the
+// metadata service as written to the old one; meta/ecevacuate.go).
+func (c *Client) writeGen(st *fileState) (uint32, []uint32, error) {
 	es := st.ec
 	es.genMu.Lock()
 	defer es.genMu.Unlock()
 	es.mu.Lock()
-	gen := es.gen
+	gen, chains := es.gen, es.chains
 	es.mu.Unlock()
 	if gen != 0 {
-		return gen, nil
+		return gen, chains, nil
 	}
 	gen, err := c.ECGen(st.ino)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	chains, err = c.ecLayoutNow(st.ino)
+	if err != nil {
+		return 0, nil, err
 	}
 	es.mu.Lock()
-	es.gen = gen
+	es.gen, es.chains = gen, chains
 	es.mu.Unlock()
-	return gen, nil
+	return gen, chains, nil
 }
 
 // sendImage encodes img and writes its K+M shards in parallel. A shard
@@ -321,9 +330,12 @@ func (c *Client) writeGen(st *fileState) (uint32, error) {
 // (its stripe is degraded until repaired); fewer than K written fail the
 // write.
 func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) error {
-	gen, err := c.writeGen(st)
+	gen, chains, err := c.writeGen(st)
 	if err != nil {
 		return err
+	}
+	if len(chains) != len(l.chains) {
+		return rpc.Errorf(syscall.EIO, "file %d: a layout of %d chains for %d shards", l.ino, len(chains), len(l.chains))
 	}
 	k := l.geo.Data
 	shards := make([][]byte, l.geo.Shards())
@@ -342,7 +354,7 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 	errs := make([]error, len(shards))
 	each(len(shards), func(j int) error {
 		if len(shards[j]) > 0 {
-			errs[j] = c.shardCall(l.chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
+			errs[j] = c.shardCall(chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
 				r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
 				return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
 			})
@@ -365,7 +377,7 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 		base: img.base, dirty: img.dirty}
 	for j := range shards {
 		if wrote&(1<<j) != 0 && len(shards[j]) > 0 {
-			es.written[chunkKey{l.chains[j], index}] = struct{}{}
+			es.written[chunkKey{chains[j], index}] = struct{}{}
 		}
 	}
 	return nil

@@ -46,6 +46,9 @@ type Options struct {
 	EC string
 	// Racks labels the storage servers rack1..rackN in turn (0: none).
 	Racks int
+	// ECRebuildAfter is the metadata service's --ec-rebuild-after (0:
+	// its default).
+	ECRebuildAfter time.Duration
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
@@ -353,6 +356,9 @@ func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
 		}
 		if o.FailureTimeout > 0 {
 			args = append(args, "--failure-timeout", o.FailureTimeout.String())
+		}
+		if o.ECRebuildAfter != 0 {
+			args = append(args, "--ec-rebuild-after", o.ECRebuildAfter.String())
 		}
 		started, err := o.start(m.procName(len(l.Metas)), args, serviceEnv(runtime.NumCPU(), len(l.Servers)))
 		if err != nil {

@@ -137,6 +137,7 @@ func (t *tx) registerServer(r *proto.RegisterServerReq, out *wire.Enc) error {
 	if err := t.bumpMapVersion(); err != nil {
 		return err
 	}
+	t.unretire(reply.TargetIDs) // back: erasure-coded files may use them again
 	t.onCommit(t.f.reloadChains)
 	reply.Encode(out)
 	return nil
@@ -160,9 +161,17 @@ func (f *FSM) reloadChains() {
 		f.logf("loading servers: %v", err)
 		return
 	}
+	retired, err := loadRetired(f.db)
+	if err != nil {
+		f.logf("loading retired targets: %v", err)
+		return
+	}
 	byReplicas := spreadChains(chains, targets)
-	byServer := shardDomains(chains, targets, servers, proto.DomainServer)
-	byRack := shardDomains(chains, targets, servers, proto.DomainRack)
+	serving := slices.DeleteFunc(slices.Clone(chains), func(c proto.Chain) bool {
+		return len(c.Targets) == 1 && retired[c.Targets[0]]
+	})
+	byServer := shardDomains(serving, targets, servers, proto.DomainServer)
+	byRack := shardDomains(serving, targets, servers, proto.DomainRack)
 	f.chainsMu.Lock()
 	f.chainsByReplicas = byReplicas
 	f.shardDomains = map[uint8][][]uint32{proto.DomainServer: byServer, proto.DomainRack: byRack}

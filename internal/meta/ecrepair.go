@@ -23,17 +23,21 @@ const ecRetryAfter = 10 * time.Second
 
 // ecRepairer is the leader's background repair and its progress.
 type ecRepairer struct {
-	mu       sync.Mutex
-	client   *client.Client
-	retry    map[[2]uint64]time.Time // (ino, stripe) -> not before
-	repaired uint64                  // shards rebuilt since this replica led
-	bytes    uint64
-	since    time.Time
+	mu         sync.Mutex
+	evacuated  time.Time // the last look for shards on retired targets
+	evacuating int       // files found with shards there then
+	client     *client.Client
+	retry      map[[2]uint64]time.Time // (ino, stripe) -> not before
+	repaired   uint64                  // shards rebuilt since this replica led
+	bytes      uint64
+	since      time.Time
 }
 
 func (s *Service) ecRepairLoop() {
 	s.every(2*time.Second, func() {
 		if s.serving.Load() {
+			s.retireSilent()
+			s.evacuateNow()
 			s.repairDegraded(64)
 			if c := s.ecClient(); c != nil {
 				s.maybeECScrub(c)
@@ -131,8 +135,28 @@ func (s *Service) ecRepairStatus() proto.ECRepairStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st.Rebuilt, st.RebuiltBytes = r.repaired, r.bytes
+	st.Evacuating = uint64(r.evacuating)
 	if secs := time.Since(r.since).Seconds(); !r.since.IsZero() && secs > 0 {
 		st.BytesPerSec = uint64(float64(r.bytes) / secs)
 	}
 	return st
+}
+
+// evacuateNow moves shards off retired targets, looking every 10 s at
+// most (it walks every inode).
+func (s *Service) evacuateNow() {
+	r := &s.ecRepair
+	r.mu.Lock()
+	due := time.Since(r.evacuated) >= 10*time.Second
+	if due {
+		r.evacuated = time.Now()
+	}
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	left := s.evacuate(1024)
+	r.mu.Lock()
+	r.evacuating = left
+	r.mu.Unlock()
 }

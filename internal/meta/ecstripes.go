@@ -167,6 +167,9 @@ func (t *tx) applyECUpdates(n *inodeRec, us []proto.ECStripeUpdate) error {
 	stripeBytes := uint64(p.Data) * uint64(n.Stripe.ChunkSize)
 	allShards := uint32(1)<<p.Shards() - 1
 	for _, u := range us {
+		if err := t.movedShards(n, &u); err != nil {
+			return err
+		}
 		switch {
 		case u.Stripe > proto.MaxECStripe || u.Gen == 0:
 			return rpc.Errorf(syscall.EINVAL, "stripe %d of generation %d cannot be recorded", u.Stripe, u.Gen)
@@ -233,7 +236,7 @@ func (t *tx) truncateECStripes(n *inodeRec, size uint64) error {
 // generation counter of a removed file (its chunks, of every generation,
 // go with its garbage record).
 func (t *tx) dropECStripes(ino uint64) error {
-	for _, lo := range [][]byte{ecStripeKey(ino, 0)[:9], ecGarbageKey(ino, 0)[:9], ecDegradedKey(ino, 0)[:9]} {
+	for _, lo := range [][]byte{ecStripeKey(ino, 0)[:9], ecGarbageKey(ino, 0)[:9], ecDegradedKey(ino, 0)[:9], ecMovedKey(ino, 0)[:9]} {
 		it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 		if err != nil {
 			return err

@@ -31,6 +31,8 @@ const (
 	opQuotaInit     // sum the quota usage of every inode, once (quota.go)
 	opNFSLease      // an NFS head's lease request, with the epoch the leader saw (nfslease.go)
 	opECGCDone      // a replaced stripe version's shards are deleted (ecstripes.go)
+	opECRetire      // silent servers' targets take no more erasure-coded shards (ecevacuate.go)
+	opECMoveShard   // a coded file's shard moves off a retired target (ecevacuate.go)
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -299,6 +301,12 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opGCDone:
 		ino := d.U64()
 		return decoded(d, func() error { return t.gcDone(ino) })
+	case opECRetire:
+		targets := d.U32s(proto.MaxList)
+		return decoded(d, func() error { return t.applyRetire(targets) })
+	case opECMoveShard:
+		ino, j, from, to := d.U64(), int(d.U8()), d.U32(), d.U32()
+		return decoded(d, func() error { return t.applyMoveShard(ino, j, from, to) })
 	case opECGCDone:
 		ino, index := d.U64(), d.U64()
 		return decoded(d, func() error { t.b.Delete(ecGarbageKey(ino, index), nil); return nil })

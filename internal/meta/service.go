@@ -56,6 +56,11 @@ type Config struct {
 	// storage server it has failed over (fence-agents style, primary
 	// first).
 	Fence *fence.Config
+	// ECRebuildAfter is how long a storage server may stay silent before
+	// the shards of erasure-coded files on its targets are rebuilt on
+	// other targets (default 10 minutes, as Ceph marks an OSD out; a
+	// negative value: never).
+	ECRebuildAfter time.Duration
 	// DeadAfter is how long a storage server may stay silent before its
 	// targets are shown offline (default FailureTimeout).
 	DeadAfter time.Duration
@@ -132,6 +137,7 @@ func Start(cfg Config) (*Service, error) {
 	cfg.DefaultStripe = effectiveStripe(cfg.DefaultStripe, proto.Stripe{ChunkSize: 1 << 20, Count: 4})
 	cfg.FailureTimeout = orDuration(cfg.FailureTimeout, 3*time.Second)
 	cfg.DeadAfter = orDuration(cfg.DeadAfter, cfg.FailureTimeout)
+	cfg.ECRebuildAfter = orDuration(cfg.ECRebuildAfter, 10*time.Minute)
 	if cfg.SyncEvery == 0 {
 		cfg.SyncEvery = 100 * time.Millisecond
 	}

@@ -552,6 +552,7 @@ type ECRepairStatus struct {
 	Rebuilt      uint64
 	RebuiltBytes uint64
 	BytesPerSec  uint64 // rebuilt bytes per second since the leader took over
+	Evacuating   uint64 // coded files with shards still on retired targets
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -595,6 +596,7 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U64(r.ECRepair.RebuiltBytes)
 	e.U64(r.ECRepair.BytesPerSec)
 	r.ECScrub.Encode(e)
+	e.U64(r.ECRepair.Evacuating)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -635,6 +637,9 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	}
 	if len(d.Rest()) >= 69 {
 		r.ECScrub.Decode(d)
+	}
+	if len(d.Rest()) >= 8 {
+		r.ECRepair.Evacuating = d.U64()
 	}
 }
 

@@ -51,6 +51,10 @@ type ECStripeUpdate struct {
 	ECStripe
 	Base       uint32
 	BaseLength uint32
+	// Written is a generation the writer took before it wrote the shards
+	// (its own Gen, or for a repair a fresh one): a shard moved to another
+	// target after that was written to the old one (0: Gen).
+	Written uint32
 }
 
 // ErrStripeChanged is the errno of a commit whose stripe another writer
@@ -113,18 +117,19 @@ func encodeECUpdates(e *wire.Enc, us []ECStripeUpdate) {
 		us[i].Encode(e)
 		e.U32(us[i].Base)
 		e.U32(us[i].BaseLength)
+		e.U32(us[i].Written)
 	}
 }
 
 func decodeECUpdates(d *wire.Dec) []ECStripeUpdate {
-	n := d.Count(MaxECUpdates, 32)
+	n := d.Count(MaxECUpdates, 36)
 	if n == 0 {
 		return nil
 	}
 	us := make([]ECStripeUpdate, n)
 	for i := range us {
 		us[i].Decode(d)
-		us[i].Base, us[i].BaseLength = d.U32(), d.U32()
+		us[i].Base, us[i].BaseLength, us[i].Written = d.U32(), d.U32(), d.U32()
 	}
 	return us
 }

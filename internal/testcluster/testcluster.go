@@ -115,6 +115,12 @@ func WithStorageFlags(flags ...string) Option {
 	return func(o *cluster.Options) { o.StorageFlags = append(o.StorageFlags, flags...) }
 }
 
+// WithECRebuildAfter retires a storage server for erasure coding after d
+// of silence (the metadata service's --ec-rebuild-after).
+func WithECRebuildAfter(d time.Duration) Option {
+	return func(o *cluster.Options) { o.ECRebuildAfter = d }
+}
+
 // WithRacks labels the storage servers rack1..rackN in turn.
 func WithRacks(n int) Option { return func(o *cluster.Options) { o.Racks = n } }
 
