@@ -320,6 +320,9 @@ type ecRepairJSON struct {
 	// EvacuatingFiles: coded files with shards still on retired targets
 	// (servers silent past --ec-rebuild-after).
 	EvacuatingFiles uint64 `json:"evacuating_files"`
+	// UnplaceableFiles: coded files with a shard on a retired target and
+	// no failure domain left to move it to (degraded until it returns).
+	UnplaceableFiles uint64 `json:"unplaceable_files"`
 }
 
 type serverJSON struct {
@@ -478,9 +481,9 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 			j.ECScrub.Ended = time.UnixMilli(e.EndedMs).UTC().Format(time.RFC3339)
 		}
 	}
-	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 || e.Evacuating > 0 {
-		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec, e.Evacuating}
-		if e.Degraded > 0 || e.Evacuating > 0 {
+	if e := st.ECRepair; e.Degraded > 0 || e.Rebuilt > 0 || e.Evacuating > 0 || e.Unplaceable > 0 {
+		j.ECRepair = &ecRepairJSON{e.Degraded, e.Rebuilt, e.RebuiltBytes, e.BytesPerSec, e.Evacuating, e.Unplaceable}
+		if e.Degraded > 0 || e.Evacuating > 0 || e.Unplaceable > 0 {
 			j.Healthy = false
 		}
 	}
@@ -639,6 +642,9 @@ func printStatus(j *statusJSON) {
 			e.DegradedStripes, e.RebuiltShards, humanBytes(e.RebuiltBytes), humanBytes(e.BytesPerSec), left)
 		if e.EvacuatingFiles > 0 {
 			fmt.Printf("erasure coding: %d files still have shards on retired targets (servers silent past --ec-rebuild-after)\n", e.EvacuatingFiles)
+		}
+		if e.UnplaceableFiles > 0 {
+			fmt.Printf("erasure coding: %d files have a shard on a retired target and no failure domain left to move it to: degraded until it returns\n", e.UnplaceableFiles)
 		}
 	}
 	if e := j.ECScrub; e != nil {

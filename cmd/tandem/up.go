@@ -92,6 +92,7 @@ running and brings back every file.`,
 	f.StringVar(&o.FenceConfig, "fence-config", "", "fence agents to run against a failed storage server (JSON, see docs/ha.md)")
 	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")
 	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
+	f.DurationVar(&o.ECRebuildAfter, "ec-rebuild-after", 0, "rebuild the erasure-coded shards of a storage server silent this long on other servers (default 10m)")
 	f.BoolVar(&cacheDirect, "cache-direct-io", false, "the mount's --cache-direct-io: its block cache answers O_DIRECT reads too")
 	rootCmd.AddCommand(up)
 

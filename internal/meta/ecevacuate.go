@@ -172,13 +172,16 @@ func (s *Service) retireSilent() {
 }
 
 // evacuate moves the shards of coded files off retired targets, at most
-// max files a call; it reports how many files still have shards there.
-func (s *Service) evacuate(max int) int {
+// max a call; it reports how many files still have shards there to move
+// (left), and how many have a shard there with no failure domain left to
+// move it to (unplaceable: an 8+2 file over ten servers when one is gone),
+// which stay degraded until their server returns.
+func (s *Service) evacuate(max int) (left, unplaceable int) {
 	retired, err := loadRetired(s.fsm.db)
 	if err != nil || len(retired) == 0 {
-		return 0
+		return 0, 0
 	}
-	left, moved := 0, 0
+	moved := 0
 	after := inoKey(0)
 	for s.serving.Load() {
 		batch, done := s.ecFilesAfter(after, 256)
@@ -191,17 +194,20 @@ func (s *Service) evacuate(max int) int {
 				if !retired[ch] {
 					continue
 				}
-				left++
 				to, ok := s.fsm.replacementShard(n, j, retired)
-				if !ok || moved >= max {
+				switch {
+				case !ok:
+					unplaceable++
+					continue
+				case moved >= max:
+					left++
 					continue
 				}
 				if _, err := s.propose(opECMoveShard, func(e *wire.Enc) { e.U64(ino); e.U8(uint8(j)); e.U32(ch); e.U32(to) }); err != nil {
 					s.logf("erasure coding: moving shard %d of file %d off target %d: %v", j, ino, ch, err)
-					return left
+					return left + 1, unplaceable
 				}
 				moved++
-				left--
 			}
 		}
 		if done || len(batch) == 0 {
@@ -209,7 +215,7 @@ func (s *Service) evacuate(max int) int {
 		}
 		after = inoKey(batch[len(batch)-1])
 	}
-	return left
+	return left, unplaceable
 }
 
 // replacementShard picks a chain for shard j of n in a failure domain none

@@ -23,14 +23,15 @@ const ecRetryAfter = 10 * time.Second
 
 // ecRepairer is the leader's background repair and its progress.
 type ecRepairer struct {
-	mu         sync.Mutex
-	evacuated  time.Time // the last look for shards on retired targets
-	evacuating int       // files found with shards there then
-	client     *client.Client
-	retry      map[[2]uint64]time.Time // (ino, stripe) -> not before
-	repaired   uint64                  // shards rebuilt since this replica led
-	bytes      uint64
-	since      time.Time
+	mu          sync.Mutex
+	evacuated   time.Time // the last look for shards on retired targets
+	evacuating  int       // files found with shards there then, to move
+	unplaceable int       // and with no failure domain to move them to
+	client      *client.Client
+	retry       map[[2]uint64]time.Time // (ino, stripe) -> not before
+	repaired    uint64                  // shards rebuilt since this replica led
+	bytes       uint64
+	since       time.Time
 }
 
 func (s *Service) ecRepairLoop() {
@@ -38,7 +39,10 @@ func (s *Service) ecRepairLoop() {
 		if s.serving.Load() {
 			s.retireSilent()
 			s.evacuateNow()
-			s.repairDegraded(64)
+			// Round after round while there is work (a tick's 64 stripes
+			// capped a rebuild at 64 shards per 2 s).
+			for i := 0; i < 1000 && s.serving.Load() && s.repairDegraded(64) > 0; i++ {
+			}
 			if c := s.ecClient(); c != nil {
 				s.maybeECScrub(c)
 			}
@@ -51,8 +55,9 @@ func (s *Service) ecRepairLoop() {
 	}
 }
 
-// repairDegraded repairs up to max degraded stripes whose time has come.
-func (s *Service) repairDegraded(max int) {
+// repairDegraded repairs up to max degraded stripes whose time has come,
+// and returns how many stripes it rebuilt shards of.
+func (s *Service) repairDegraded(max int) int {
 	byIno := map[uint64][]uint64{}
 	now := time.Now()
 	r := &s.ecRepair
@@ -61,7 +66,7 @@ func (s *Service) repairDegraded(max int) {
 	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		r.mu.Unlock()
-		return
+		return 0
 	}
 	n := 0
 	for ok := it.First(); ok && n < max; ok = it.Next() {
@@ -79,17 +84,21 @@ func (s *Service) repairDegraded(max int) {
 	it.Close()
 	r.mu.Unlock()
 	if len(byIno) == 0 {
-		return
+		return 0
 	}
 	c := s.ecClient()
 	if c == nil {
-		return
+		return 0
 	}
+	rebuilt := 0
 	for ino, stripes := range byIno {
 		st, err := c.RepairECStripes(ino, stripes)
 		r.mu.Lock()
 		r.repaired += uint64(st.Rebuilt)
 		r.bytes += st.RebuiltBytes
+		if st.Rebuilt > 0 {
+			rebuilt += len(stripes)
+		}
 		if err != nil || st.Unreachable > 0 || st.UnrecoverableErr != nil {
 			for _, stripe := range stripes {
 				r.retry[[2]uint64{ino, stripe}] = time.Now().Add(ecRetryAfter)
@@ -100,6 +109,7 @@ func (s *Service) repairDegraded(max int) {
 			s.logf("erasure coding repair of file %d: %v", ino, err)
 		}
 	}
+	return rebuilt
 }
 
 // ecClient is the leader's client of its own service, for repairs and
@@ -135,7 +145,7 @@ func (s *Service) ecRepairStatus() proto.ECRepairStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st.Rebuilt, st.RebuiltBytes = r.repaired, r.bytes
-	st.Evacuating = uint64(r.evacuating)
+	st.Evacuating, st.Unplaceable = uint64(r.evacuating), uint64(r.unplaceable)
 	if secs := time.Since(r.since).Seconds(); !r.since.IsZero() && secs > 0 {
 		st.BytesPerSec = uint64(float64(r.bytes) / secs)
 	}
@@ -155,8 +165,8 @@ func (s *Service) evacuateNow() {
 	if !due {
 		return
 	}
-	left := s.evacuate(1024)
+	left, unplaceable := s.evacuate(1024)
 	r.mu.Lock()
-	r.evacuating = left
+	r.evacuating, r.unplaceable = left, unplaceable
 	r.mu.Unlock()
 }

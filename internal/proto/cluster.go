@@ -552,7 +552,8 @@ type ECRepairStatus struct {
 	Rebuilt      uint64
 	RebuiltBytes uint64
 	BytesPerSec  uint64 // rebuilt bytes per second since the leader took over
-	Evacuating   uint64 // coded files with shards still on retired targets
+	Evacuating   uint64 // coded files with shards still on retired targets, to move
+	Unplaceable  uint64 // ... with no failure domain left to move them to
 }
 
 func (r *StatusReply) Encode(e *wire.Enc) {
@@ -597,6 +598,7 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	e.U64(r.ECRepair.BytesPerSec)
 	r.ECScrub.Encode(e)
 	e.U64(r.ECRepair.Evacuating)
+	e.U64(r.ECRepair.Unplaceable)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -638,8 +640,8 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	if len(d.Rest()) >= 69 {
 		r.ECScrub.Decode(d)
 	}
-	if len(d.Rest()) >= 8 {
-		r.ECRepair.Evacuating = d.U64()
+	if len(d.Rest()) >= 16 {
+		r.ECRepair.Evacuating, r.ECRepair.Unplaceable = d.U64(), d.U64()
 	}
 }
 
