@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"tandemfs/internal/client"
 	"tandemfs/internal/fuse"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -477,15 +476,7 @@ func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
 // so only parity tells.
 func corruptShard(t *testing.T, c *testcluster.Cluster, ino uint64, j int) {
 	t.Helper()
-	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(client.Config{MetaAddr: c.Layout.MetaAddr, Secret: secret, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl, secret := libraryClient(t, c)
 	n, err := cl.GetAttr(ino)
 	if err != nil {
 		t.Fatal(err)

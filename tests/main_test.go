@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"tandemfs/internal/client"
+	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
 )
 
@@ -73,4 +75,20 @@ func asNobody(script string, args ...string) error {
 	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	return cmd.Run()
+}
+
+// libraryClient is a TandemFS client library connected to c, closed when
+// the test ends, and the cluster's secret.
+func libraryClient(t testing.TB, c *testcluster.Cluster) (*client.Client, rpc.Secret) {
+	t.Helper()
+	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(client.Config{MetaAddr: c.Layout.MetaAddr, Secret: secret, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, secret
 }

@@ -18,9 +18,7 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
 
-	"tandemfs/internal/client"
 	"tandemfs/internal/nfs"
-	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
 )
 
@@ -448,14 +446,7 @@ func TestNFSGatewayAnswersBadRPCs(t *testing.T) {
 // sees (and is guided by) the code that decodes what it sends.
 func inProcessGateway(t testing.TB, c *testcluster.Cluster, exports ...string) *gateway {
 	t.Helper()
-	secret, err := rpc.ReadSecretFile(c.Layout.SecretFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(client.Config{MetaAddr: c.Layout.MetaAddr, Secret: secret, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, secret := libraryClient(t, c)
 	var parsed []nfs.Export
 	for _, line := range exports {
 		e, err := nfs.ParseExport(line)
@@ -473,7 +464,7 @@ func inProcessGateway(t testing.TB, c *testcluster.Cluster, exports ...string) *
 		t.Fatal(err)
 	}
 	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close(); cl.Close() })
+	t.Cleanup(srv.Close) // before the client's Cleanup: last in, first run
 	return &gateway{addr: l.Addr().String()}
 }
 

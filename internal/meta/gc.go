@@ -37,9 +37,12 @@ func (s *Service) every(interval time.Duration, fn func()) {
 	}
 }
 
+// garbage is chunks to delete: file ino's chunks on chains, those of
+// indexes [from, to) (to 0: every one from from on).
 type garbage struct {
-	ino    uint64
-	chains []uint32
+	ino      uint64
+	chains   []uint32
+	from, to uint64
 }
 
 func (s *Service) collectGarbage(max int) {
@@ -50,7 +53,7 @@ func (s *Service) collectGarbage(max int) {
 		return
 	}
 	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
-		todo = append(todo, garbage{decodeU64(it.Key()[1:]), decodeChains(it.Value())})
+		todo = append(todo, garbage{ino: decodeU64(it.Key()[1:]), chains: decodeChains(it.Value())})
 	}
 	it.Close()
 	if len(todo) == 0 {
@@ -70,7 +73,7 @@ func (s *Service) collectGarbage(max int) {
 	}
 }
 
-// deleteChunks asks the head of each of the file's chains to delete its
+// deleteChunks asks the head of each of the file's chains to delete g's
 // chunks (the head passes the deletion on to the chain's other members); it
 // reports whether all of them confirmed. Members that are offline miss the
 // deletion and drop the chunks when they resync.
@@ -87,7 +90,7 @@ func (s *Service) deleteChunks(m *proto.ClusterMap, g garbage) bool {
 			ok = false
 			continue
 		}
-		req := proto.ChunkDeleteReq{Routing: proto.Routing{Target: head, Chain: cid, Version: c.Version}, Ino: g.ino}
+		req := proto.ChunkDeleteReq{Routing: proto.Routing{Target: head, Chain: cid, Version: c.Version}, Ino: g.ino, From: g.from, To: g.to}
 		err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil)
 		if err != nil && !errors.Is(err, syscall.ENOENT) {
 			ok = false
@@ -168,11 +171,7 @@ func (s *Service) sweepOrphans() {
 // that took such a version just before finds its chunks gone and reads
 // the recorded version instead (internal/client, readStripe).
 func (s *Service) collectECVersions(max int) {
-	type version struct {
-		ino, index uint64
-		chains     []uint32
-	}
-	var todo []version
+	var todo []garbage
 	prefix := []byte{pECGarbage}
 	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -181,7 +180,8 @@ func (s *Service) collectECVersions(max int) {
 	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
 		k := it.Key()
 		if len(k) == 17 {
-			todo = append(todo, version{decodeU64(k[1:9]), decodeU64(k[9:]), decodeChains(it.Value())})
+			index := decodeU64(k[9:])
+			todo = append(todo, garbage{ino: decodeU64(k[1:9]), chains: decodeChains(it.Value()), from: index, to: index + 1})
 		}
 	}
 	it.Close()
@@ -192,24 +192,9 @@ func (s *Service) collectECVersions(max int) {
 	if err != nil {
 		return
 	}
-	for _, v := range todo {
-		done := true
-		for _, cid := range v.chains {
-			c, found := findChain(m, cid)
-			if !found {
-				continue
-			}
-			head, _ := c.Head()
-			addr := serverAddrOfTarget(m, head)
-			req := proto.ChunkDeleteReq{Routing: proto.Routing{Target: head, Chain: cid, Version: c.Version}, Ino: v.ino, From: v.index, To: v.index + 1}
-			if addr == "" {
-				done = false
-			} else if err := s.storage.get(addr).Call(proto.OpChunkDelete, req.Encode, nil); err != nil && !errors.Is(err, syscall.ENOENT) {
-				done = false
-			}
-		}
-		if done {
-			ino, index := v.ino, v.index
+	for _, g := range todo {
+		if s.deleteChunks(m, g) {
+			ino, index := g.ino, g.from
 			if _, err := s.propose(opECGCDone, func(e *wire.Enc) { e.U64(ino); e.U64(index) }); err != nil {
 				return
 			}

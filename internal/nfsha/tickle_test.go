@@ -33,22 +33,28 @@ func vanish(t *testing.T, conn net.Conn) {
 	conn.Close()
 }
 
-func TestATickleResetsAClientConnectionWhoseServerVanished(t *testing.T) {
+// connected is a listener on loopback and both ends of a connection to
+// it; the listener and the client's end close when the test ends.
+func connected(t *testing.T) (ln net.Listener, client, server net.Conn) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
+	t.Cleanup(func() { ln.Close() })
+	if client, err = net.Dial("tcp", ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
+	t.Cleanup(func() { client.Close() })
+	if server, err = ln.Accept(); err != nil {
 		t.Fatal(err)
 	}
+	return ln, client, server
+}
+
+func TestATickleResetsAClientConnectionWhoseServerVanished(t *testing.T) {
+	ln, client, server := connected(t)
 	vanish(t, server)
 
 	// The client has sent everything and waits: nothing tells it.
@@ -71,21 +77,7 @@ func TestATickleResetsAClientConnectionWhoseServerVanished(t *testing.T) {
 }
 
 func TestATickleLeavesALiveConnectionAlone(t *testing.T) {
-	testenv.RequireRoot(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, client, server := connected(t)
 	defer server.Close()
 
 	// A client that reconnected from the same port (as Linux's NFS client
