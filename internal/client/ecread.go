@@ -180,6 +180,24 @@ func (c *Client) readStripe(st *fileState, in *proto.Inode, l *ecLayout, s, off 
 	}
 }
 
+// readVersionWaiting is readVersion for a writer's read-modify-write:
+// with fewer than K shards answering it tries again, as readStripe does,
+// until the mount's give-up time has passed.
+func (c *Client) readVersionWaiting(l *ecLayout, v proto.ECStripe, off uint64, dst []byte) error {
+	deadline := time.Now().Add(c.cfg.GiveUp)
+	for {
+		err := c.readVersion(l, v, off, dst)
+		if err == nil || (c.cfg.GiveUp > 0 && time.Now().After(deadline)) {
+			return err
+		}
+		select {
+		case <-c.stop:
+			return rpc.Errorf(syscall.EIO, "file %d: client closed", l.ino)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // stripeVersion is the version of stripe s to read: found is false when
 // dst was filled already (from a stripe being written) or s is a hole.
 func (c *Client) stripeVersion(es *ecState, in *proto.Inode, s, off uint64, dst []byte) (proto.ECStripe, bool, error) {

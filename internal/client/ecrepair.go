@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"syscall"
 
 	"tandemfs/internal/proto"
@@ -59,13 +60,11 @@ func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 	for j := range sizes {
 		sizes[j] = c.shardChunkSizes(l, j)
 	}
-	for _, v := range stripes {
+	err = inParallel(len(stripes), &stats, func(i int, stats *ECRepairStats) error {
 		stats.Stripes++
-		if err := c.repairStripe(l, v, sizes, verify, written, &stats); err != nil {
-			return stats, err
-		}
-	}
-	return stats, nil
+		return c.repairStripe(l, stripes[i], sizes, verify, written, stats)
+	})
+	return stats, err
 }
 
 // RepairECStripes is RepairEC for the given stripes of file ino only (the
@@ -89,20 +88,63 @@ func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, e
 	for j := range sizes {
 		sizes[j] = c.shardChunkSizes(l, j)
 	}
-	for _, s := range stripes {
-		vs, err := c.ecStripesWindow(ino, s, 1)
-		if err != nil {
-			return stats, err
-		}
-		if len(vs) == 0 {
-			continue // cut by a truncate meanwhile
+	err = inParallel(len(stripes), &stats, func(i int, stats *ECRepairStats) error {
+		vs, err := c.ecStripesWindow(ino, stripes[i], 1)
+		if err != nil || len(vs) == 0 {
+			return err // none: cut by a truncate meanwhile
 		}
 		stats.Stripes++
-		if err := c.repairStripe(l, vs[0], sizes, false, written, &stats); err != nil {
-			return stats, err
+		return c.repairStripe(l, vs[0], sizes, false, written, stats)
+	})
+	return stats, err
+}
+
+// ecRepairParallel is how many stripes of a file one repair works on at
+// once: a stripe's repair is a few round trips, a synced write and a
+// metadata commit, mostly waiting.
+const ecRepairParallel = 8
+
+// inParallel runs repair(i) for i in [0, n), ecRepairParallel at a time,
+// each with stats of its own added to total; it stops at the first error.
+func inParallel(n int, total *ECRepairStats, repair func(i int, stats *ECRepairStats) error) error {
+	var mu sync.Mutex
+	next := 0
+	var first error
+	each(min(n, ecRepairParallel), func(int) error {
+		for {
+			mu.Lock()
+			i := next
+			next++
+			stop := i >= n || first != nil
+			mu.Unlock()
+			if stop {
+				return nil
+			}
+			var st ECRepairStats
+			err := repair(i, &st)
+			mu.Lock()
+			total.add(&st)
+			if err != nil && first == nil {
+				first = err
+			}
+			mu.Unlock()
 		}
+	})
+	return first
+}
+
+// add adds o's counts to s.
+func (s *ECRepairStats) add(o *ECRepairStats) {
+	s.Stripes += o.Stripes
+	s.Missing += o.Missing
+	s.Mismatched += o.Mismatched
+	s.Rebuilt += o.Rebuilt
+	s.RebuiltBytes += o.RebuiltBytes
+	s.Unreachable += o.Unreachable
+	s.StripesSkipped += o.StripesSkipped
+	if s.UnrecoverableErr == nil {
+		s.UnrecoverableErr = o.UnrecoverableErr
 	}
-	return stats, nil
 }
 
 // errLayoutMoved: a shard of the file moved while it was being repaired.
@@ -113,9 +155,12 @@ var errLayoutMoved = errors.New("a shard of the file moved to another target mea
 // the metadata service that the rebuilt shards went to the layout as of
 // that generation (a shard that moved later is dropped; ecevacuate.go).
 func (c *Client) writtenGen(in *proto.Inode) func() (uint32, error) {
+	var mu sync.Mutex // stripes are repaired in parallel
 	var gen uint32
 	var err error
 	return func() (uint32, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if gen != 0 || err != nil {
 			return gen, err
 		}

@@ -54,6 +54,12 @@ func (s *suspects) clear(chain uint32) {
 // EAGAIN) until ecShardGiveUp. A target that does not answer, or not in
 // time, is suspect for ecSuspectFor.
 func (c *Client) shardCall(chain uint32, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
+	return c.shardCallWithin(chain, ecShardTimeout, call)
+}
+
+// shardCallWithin is shardCall with timeout for each call: a sync of many
+// shard chunks takes longer than a write of one.
+func (c *Client) shardCallWithin(chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
 	if c.unanswered.is(chain) {
 		return errShardUnanswered
 	}
@@ -64,7 +70,7 @@ func (c *Client) shardCall(chain uint32, call func(ctx context.Context, rt proto
 			c.refreshMap()
 			return err
 		}
-		ctx, cancel := context.WithTimeout(c.epochs.Context(rt.Chain, rt.Version), ecShardTimeout)
+		ctx, cancel := context.WithTimeout(c.epochs.Context(rt.Chain, rt.Version), timeout)
 		err = call(ctx, rt, s)
 		timedOut := ctx.Err() != nil
 		cancel()

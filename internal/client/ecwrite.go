@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -241,7 +242,7 @@ func (c *Client) loadImage(st *fileState, in *proto.Inode, l *ecLayout, s, a, b 
 	if from.Gen == 0 || (a == 0 && b >= img.valid) {
 		return img, nil // nothing the write keeps
 	}
-	if err := c.readVersion(l, from, 0, img.buf[:img.valid]); err != nil {
+	if err := c.readVersionWaiting(l, from, 0, img.buf[:img.valid]); err != nil {
 		return nil, err
 	}
 	return img, nil
@@ -327,8 +328,7 @@ func (c *Client) writeGen(st *fileState) (uint32, []uint32, error) {
 
 // sendImage encodes img and writes its K+M shards in parallel. A shard
 // whose target does not answer (ecshard.go) is left out of the version
-// (its stripe is degraded until repaired); fewer than K written fail the
-// write.
+// (its stripe is degraded until repaired).
 func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) error {
 	gen, chains, err := c.writeGen(st)
 	if err != nil {
@@ -349,26 +349,9 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 	}
 	copy(shards[k:], parity)
 	index := proto.ECChunkIndex(gen, s)
-	var mu sync.Mutex
-	var wrote uint32
-	errs := make([]error, len(shards))
-	each(len(shards), func(j int) error {
-		if len(shards[j]) > 0 {
-			errs[j] = c.shardCall(chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
-				r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
-				return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
-			})
-		}
-		if errs[j] == nil {
-			mu.Lock()
-			wrote |= 1 << j
-			mu.Unlock()
-		}
-		return nil
-	})
-	if bits.OnesCount32(wrote) < k {
-		return rpc.Errorf(syscall.EIO, "stripe %d of file %d: %d of %d shards written, %d needed: %v",
-			s, l.ino, bits.OnesCount32(wrote), len(shards), k, errors.Join(errs...))
+	wrote, err := c.writeShards(l, index, chains, shards)
+	if err != nil {
+		return err
 	}
 	es := st.ec
 	es.mu.Lock()
@@ -381,6 +364,51 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 		}
 	}
 	return nil
+}
+
+// writeShards writes the shards at chunk index on their chains and
+// returns the bitmap of those written. With fewer than K written the
+// stripe could not be read back: the shards not written are tried again,
+// as a replicated write waits for its chain, until K are or the mount's
+// give-up time has passed (then EIO).
+func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte) (uint32, error) {
+	var mu sync.Mutex
+	var wrote uint32
+	errs := make([]error, len(shards))
+	deadline := time.Now().Add(c.cfg.GiveUp)
+	for {
+		each(len(shards), func(j int) error {
+			if wrote&(1<<j) != 0 {
+				return nil
+			}
+			errs[j] = nil
+			if len(shards[j]) > 0 {
+				errs[j] = c.shardCall(chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
+					r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
+					return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
+				})
+			}
+			if errs[j] == nil {
+				mu.Lock()
+				wrote |= 1 << j
+				mu.Unlock()
+			}
+			return nil
+		})
+		k := l.geo.Data
+		if bits.OnesCount32(wrote) >= k {
+			return wrote, nil
+		}
+		if c.cfg.GiveUp > 0 && time.Now().After(deadline) {
+			return 0, rpc.Errorf(syscall.EIO, "stripe %d of file %d: %d of %d shards written, %d needed: %v",
+				index&0xffffffff, l.ino, bits.OnesCount32(wrote), len(shards), k, errors.Join(errs...))
+		}
+		select {
+		case <-c.stop:
+			return 0, rpc.Errorf(syscall.EIO, "file %d: client closed", l.ino)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // addRange adds [a, b) to a sorted list of disjoint ranges, merging.

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"sync"
 	"time"
 
@@ -29,8 +30,10 @@ type ecRepairer struct {
 	unplaceable int       // and with no failure domain to move them to
 	client      *client.Client
 	retry       map[[2]uint64]time.Time // (ino, stripe) -> not before
+	online      string                  // the targets online at the last round (onlineTargets)
 	repaired    uint64                  // shards rebuilt since this replica led
 	bytes       uint64
+	busy        time.Duration // spent repairing since this replica led: the rate's time
 	since       time.Time
 }
 
@@ -61,7 +64,14 @@ func (s *Service) repairDegraded(max int) int {
 	byIno := map[uint64][]uint64{}
 	now := time.Now()
 	r := &s.ecRepair
+	online := s.onlineTargets()
 	r.mu.Lock()
+	if online != r.online {
+		// A target came back (or went): stripes that waited for it are
+		// tried at once, not ecRetryAfter after their last try.
+		r.online = online
+		clear(r.retry)
+	}
 	prefix := []byte{pECDegraded}
 	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -92,8 +102,10 @@ func (s *Service) repairDegraded(max int) int {
 	}
 	rebuilt := 0
 	for ino, stripes := range byIno {
+		began := time.Now()
 		st, err := c.RepairECStripes(ino, stripes)
 		r.mu.Lock()
+		r.busy += time.Since(began)
 		r.repaired += uint64(st.Rebuilt)
 		r.bytes += st.RebuiltBytes
 		if st.Rebuilt > 0 {
@@ -146,10 +158,26 @@ func (s *Service) ecRepairStatus() proto.ECRepairStatus {
 	defer r.mu.Unlock()
 	st.Rebuilt, st.RebuiltBytes = r.repaired, r.bytes
 	st.Evacuating, st.Unplaceable = uint64(r.evacuating), uint64(r.unplaceable)
-	if secs := time.Since(r.since).Seconds(); !r.since.IsZero() && secs > 0 {
+	if secs := r.busy.Seconds(); secs > 0 {
 		st.BytesPerSec = uint64(float64(r.bytes) / secs)
 	}
 	return st
+}
+
+// onlineTargets names the targets online in the cluster map, as a string
+// to compare from one repair round to the next.
+func (s *Service) onlineTargets() string {
+	m, err := s.clusterMap()
+	if err != nil {
+		return ""
+	}
+	var b []byte
+	for _, t := range m.Targets {
+		if t.State == proto.TargetOnline {
+			b = binary.AppendUvarint(b, uint64(t.ID))
+		}
+	}
+	return string(b)
 }
 
 // evacuateNow moves shards off retired targets, looking every 10 s at

@@ -551,7 +551,7 @@ type ECRepairStatus struct {
 	Degraded     uint64
 	Rebuilt      uint64
 	RebuiltBytes uint64
-	BytesPerSec  uint64 // rebuilt bytes per second since the leader took over
+	BytesPerSec  uint64 // rebuilt bytes per second of repair work since the leader took over
 	Evacuating   uint64 // coded files with shards still on retired targets, to move
 	Unplaceable  uint64 // ... with no failure domain left to move them to
 }

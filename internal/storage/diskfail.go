@@ -16,8 +16,11 @@ import (
 // again, the server stops serving the target's replicated chains and
 // reports it to the metadata leader, which takes it out of its chains
 // through the Raft log. The caller gets EAGAIN and retries along the new
-// chain. Chains of one target have no other copy: their errors go to the
-// caller as they are.
+// chain. Chains of one target (a file of one copy, a shard of an
+// erasure-coded file) have no other copy: the target is reported failed
+// all the same, so that `tandem status` shows the disk, but their errors
+// go to the caller as they are (an erasure-coded file's client rebuilds
+// the shard from the others).
 
 // failedTargets are this server's targets taken out after disk errors,
 // with the error, until the server restarts.
@@ -65,6 +68,21 @@ func (s *Service) guardDisk(target uint32, op func() error) error {
 	}
 	s.failTarget(target, err)
 	return rpc.Errorf(syscall.EAGAIN, "target %d failed (%v); waiting for failover", target, err)
+}
+
+// guardAlone runs op, an operation on a chain of one target, with one
+// retry after an I/O error; if the retry fails too the target is reported
+// failed, and the caller gets the error.
+func (s *Service) guardAlone(target uint32, op func() error) error {
+	err := op()
+	if !isDiskError(err) {
+		return err
+	}
+	time.Sleep(diskRetryDelay)
+	if err = op(); isDiskError(err) {
+		s.failTarget(target, err)
+	}
+	return err
 }
 
 func isDiskError(err error) bool {

@@ -163,7 +163,7 @@ func (s *Service) serveRead(d *wire.Dec, r *proto.ChunkReadReq, alone, replicate
 			s.share.pace(int(min(r.Len, proto.MaxData)))
 		}
 		if len(c.Targets) == 1 {
-			return alone(st, c)
+			return s.guardAlone(r.Chunk.Target, func() error { return alone(st, c) })
 		}
 		return s.guardDisk(r.Chunk.Target, func() error { return replicated(st, c) })
 	})

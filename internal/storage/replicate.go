@@ -31,7 +31,7 @@ type forwardFunc func(ctx context.Context, peer *rpc.Client, to proto.Routing) e
 // before the lock that orders it is released.
 func (s *Service) onChain(rt *proto.Routing, c proto.Chain, ch change, lock func() func(), apply func() error, fwd forwardFunc) error {
 	if len(c.Targets) == 1 {
-		return apply()
+		return s.guardAlone(rt.Target, apply)
 	}
 	local := func() error {
 		err := s.guardDisk(rt.Target, apply)
