@@ -69,6 +69,17 @@ type cluster struct {
 	faults bool   // storage servers run with --fault-file (faultFile)
 	mnt    string // the client's mount point
 
+	// Who runs what: the storage servers' hosts, each server's targets,
+	// the replicated chains they form (0: as many as the order in which
+	// the servers registered made), and flags added to the metadata
+	// replicas' and the mount's command lines. newCluster sets those of
+	// the storage matrix (storageHosts, targetsPerServer).
+	storage   []string
+	targets   int
+	chains    int
+	metaFlags []string
+	mountArgs []string
+
 	procs map[string]*netlab.Proc // "meta@srv1", "storage@srv2", "mount@cli"
 
 	mu     sync.Mutex
@@ -127,7 +138,8 @@ func newCluster(t *testing.T, prefix string, hosts []netlab.HostSpec) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, procs: map[string]*netlab.Proc{}}
+	c := &cluster{t: t, lab: lab, bin: bin, dir: dir, procs: map[string]*netlab.Proc{},
+		storage: storageHosts, targets: targetsPerServer, chains: targetsPerServer}
 	cleanup(t, "closing the lab", func() {
 		if err := lab.Close(); err != nil {
 			t.Error(err)
@@ -151,16 +163,20 @@ func (c *cluster) startServers(beforeWait func()) {
 	c.startMeta("third")
 	c.waitFor("a metadata leader on srv2 or third", upTimeout, func(st *status) bool { return true })
 	c.startMeta("srv1")
-	for _, h := range storageHosts {
+	for _, h := range c.storage {
 		c.startStorage(h)
 	}
 	if beforeWait != nil {
 		beforeWait()
 	}
-	c.waitFor("both servers online and every chain serving", upTimeout, func(st *status) bool {
-		return st.onlineServers() == len(storageHosts) && len(st.replicated()) == targetsPerServer && st.allServing()
-	})
+	c.waitFor("every server online and every chain serving", upTimeout, c.whole)
 	c.waitReplicas()
+}
+
+// whole reports whether every storage server is online and every
+// replicated chain formed and serving.
+func (c *cluster) whole(st *status) bool {
+	return st.onlineServers() == len(c.storage) && (c.chains == 0 || len(st.replicated()) == c.chains) && st.allServing()
 }
 
 // cleanup registers fn as a cleanup of t that says so when it is slow.
@@ -206,7 +222,7 @@ func (c *cluster) writeSecret() {
 func (c *cluster) writeFenceConfig() {
 	scripts := filepath.Join(repoRoot(c.t), "scripts", "fence")
 	servers := map[string]any{}
-	for _, h := range storageHosts {
+	for _, h := range c.storage {
 		// Keyed by the host part of the server's address; its PDU outlet
 		// is its namespace.
 		servers[c.host(h).PublicIP()] = []any{
@@ -276,6 +292,7 @@ func (c *cluster) startMeta(host string) {
 		"--listen", fmt.Sprintf("0.0.0.0:%d", metaPort),
 		"--raft-listen", fmt.Sprintf("%s:%d", c.host(host).PublicIP(), raftPort),
 		"--secret-file", c.secret, "--failure-timeout", "4s"}
+	args = append(args, c.metaFlags...)
 	for _, h := range metaHosts {
 		ip := c.host(h).PublicIP()
 		args = append(args, "--peer", fmt.Sprintf("%s=%s:%d,%s:%d", metaID(h), ip, metaPort, ip, raftPort))
@@ -310,7 +327,7 @@ func (c *cluster) startStorage(host string) {
 	}
 	args := []string{"storage", "--listen", fmt.Sprintf("%s:%d", c.host(host).PublicIP(), storagePort),
 		"--meta", strings.Join(pub, ","), "--meta-private", strings.Join(priv, ","), "--secret-file", c.secret}
-	for i := 1; i <= targetsPerServer; i++ {
+	for i := 1; i <= c.targets; i++ {
 		dir := c.targetDir(host, i)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			c.t.Fatal(err)
@@ -385,7 +402,8 @@ func (c *cluster) restartServer(host string) {
 // startMount mounts the file system on cli.
 func (c *cluster) startMount() {
 	c.t.Helper()
-	c.start("mount", "cli", "mount", "--meta", strings.Join(c.metaAddrs(), ","), "--secret-file", c.secret, c.mnt)
+	args := append([]string{"mount", "--meta", strings.Join(c.metaAddrs(), ","), "--secret-file", c.secret}, c.mountArgs...)
+	c.start("mount", "cli", append(args, c.mnt)...)
 }
 
 // waitMounted waits until the mount answers: the mount point is another
@@ -441,7 +459,7 @@ func (c *cluster) unmount() {
 // goroutines into their logs and exit (SIGQUIT), to show where a stuck
 // server waits.
 func (c *cluster) dumpGoroutines() {
-	for _, h := range storageHosts {
+	for _, h := range c.storage {
 		if p := c.procs["storage@"+h]; p != nil && !p.Exited() {
 			p.Signal(syscall.SIGQUIT)
 			p.Wait(5 * time.Second)
@@ -563,7 +581,7 @@ type resyncTotals struct {
 // resyncsDone reads the resync totals from the storage servers' logs.
 func (c *cluster) resyncsDone() resyncTotals {
 	var t resyncTotals
-	for _, h := range storageHosts {
+	for _, h := range c.storage {
 		data, _ := os.ReadFile(c.logPath("storage", h))
 		for _, m := range resyncDoneRE.FindAllSubmatch(data, -1) {
 			d, _ := time.ParseDuration(string(m[1]))

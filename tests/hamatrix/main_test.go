@@ -32,8 +32,11 @@
 // -short. A failed scenario keeps
 // its directory (data, logs of every process) and says where;
 // HA_MATRIX_KEEP=1 keeps every scenario's. TestNFSMatrix (nfs_test.go)
-// is the NFS gateway's rows, in a lab of its own: its default form leaves
-// out the public-link row, which HA_MATRIX=full adds.
+// is the NFS gateway's rows, in a lab of its own. TestECMatrix (ec_test.go)
+// is the erasure-coding rows, on six storage servers of their own: by
+// default rows 2, 4 and 5 (two servers killed at once, a disk returning
+// EIO, three killed and one back), about 4 minutes; HA_MATRIX=full adds
+// two killed one after the other and a hang.
 package hamatrix
 
 import (

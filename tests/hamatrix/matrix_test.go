@@ -154,7 +154,7 @@ var scenarios = []scenario{
 				r.notef("a write started after the crash waited %v, until %.1f s after the restart",
 					pl.longest.Round(100*time.Millisecond), pl.at.Add(pl.longest).Sub(r.healed).Seconds())
 			}
-			for _, h := range storageHosts {
+			for _, h := range r.c.storage {
 				if h != last[0] {
 					r.c.startStorage(h)
 				}

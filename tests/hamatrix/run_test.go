@@ -327,9 +327,7 @@ func (r *run) waitRecovered() {
 	if r.failover.at.After(since) {
 		since = r.failover.at
 	}
-	st := r.mon.waitFor(since, resyncTimeout, func(st *status) bool {
-		return st.allServing() && len(st.replicated()) == targetsPerServer && st.onlineServers() == len(storageHosts)
-	})
+	st := r.mon.waitFor(since, resyncTimeout, r.c.whole)
 	if st == nil {
 		r.c.dumpGoroutines()
 		r.t.Fatalf("chains not all serving %v after the heal; last status: %s", resyncTimeout, r.mon.latest())

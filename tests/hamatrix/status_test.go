@@ -50,6 +50,21 @@ type status struct {
 		Fenced  bool   `json:"fenced"`
 		Summary string `json:"summary"`
 	} `json:"fencing"`
+	// ECRepair and ECScrub are the erasure-coding rows' (ec_test.go).
+	ECRepair *struct {
+		Degraded     uint64 `json:"degraded_stripes"`
+		RebuiltBytes uint64 `json:"rebuilt_bytes"`
+	} `json:"ec_repair"`
+	ECScrub *struct {
+		Running     bool   `json:"running"`
+		Files       uint64 `json:"files"`
+		Stripes     uint64 `json:"stripes"`
+		Missing     uint64 `json:"missing_shards"`
+		Mismatched  uint64 `json:"mismatched_shards"`
+		Rebuilt     uint64 `json:"rebuilt_shards"`
+		Unreachable uint64 `json:"unreachable_shards"`
+		Ended       string `json:"ended"`
+	} `json:"ec_scrub"`
 
 	Time  time.Time `json:"time"`  // when the leader answered, from a watch
 	Error string    `json:"error"` // a watch's round without a leader
@@ -174,6 +189,39 @@ func (st *status) onlineServers() int {
 		}
 	}
 	return n
+}
+
+// degraded counts the coded stripes written without a shard, waiting for
+// the leader to rebuild it.
+func (st *status) degraded() uint64 {
+	if st.ECRepair == nil {
+		return 0
+	}
+	return st.ECRepair.Degraded
+}
+
+// rebuiltBytes is what the leader rebuilt of coded stripes since it took
+// over.
+func (st *status) rebuiltBytes() uint64 {
+	if st.ECRepair == nil {
+		return 0
+	}
+	return st.ECRepair.RebuiltBytes
+}
+
+// targetsOut reports whether every target of the hosts' storage servers
+// is out of service (offline or failed).
+func (st *status) targetsOut(hosts []string) bool {
+	n := 0
+	for _, t := range st.Targets {
+		if slices.Contains(hosts, st.hostOfServer(t.Server)) {
+			if t.State == "online" {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }
 
 // replicasUp counts the metadata replicas that lead or follow.
