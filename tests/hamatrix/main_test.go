@@ -35,7 +35,7 @@
 // is the NFS gateway's rows, in a lab of its own. TestECMatrix (ec_test.go)
 // is the erasure-coding rows, on six storage servers of their own: by
 // default rows 2, 4 and 5 (two servers killed at once, a disk returning
-// EIO, three killed and one back), about 4 minutes; HA_MATRIX=full adds
+// EIO, three killed and one back), about 2 minutes; HA_MATRIX=full adds
 // two killed one after the other and a hang.
 package hamatrix
 
