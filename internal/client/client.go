@@ -77,7 +77,10 @@ type Client struct {
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileState
-	locks   lockBook // owners that may hold file locks (locks.go)
+	// opensGen counts changes of the files open here, as reported to
+	// the metadata leader (opens.go).
+	opensGen atomic.Uint64
+	locks    lockBook // owners that may hold file locks (locks.go)
 
 	ns         nsCache         // inodes and entries learnt, kept current by watchLoop
 	leases     *leaseTable     // directories this client knows every name of (leases.go)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,15 +17,20 @@ import (
 type fileState struct {
 	ino uint64
 
-	mu      sync.Mutex
-	inode   proto.Inode
-	size    uint64
-	mtime   int64
-	dirty   bool   // size/mtime not yet committed
-	wrote   uint64 // bytes written to chains since the last commit
-	opens   int
-	orphan  bool // unlinked while open: release it on last close
-	written map[chunkKey]struct{}
+	mu     sync.Mutex
+	inode  proto.Inode
+	size   uint64
+	mtime  int64
+	dirty  bool   // size/mtime not yet committed
+	wrote  uint64 // bytes written to chains since the last commit
+	opens  int
+	orphan bool // unlinked while open: release it on last close
+	// writing: reported to the metadata leader as open for writing
+	// (opens.go); announced: the leader has been told, before any data
+	// went to the file's targets. announced is guarded by mu.
+	writing   atomic.Bool
+	announced bool
+	written   map[chunkKey]struct{}
 	// A failed write-behind request is reported once to every handle open
 	// on the file, at its next write, flush or fsync, as Linux reports a
 	// writeback error to every open file (errseq_t): err is the failure,
@@ -110,6 +116,7 @@ func (c *Client) acquire(n *proto.Inode) *fileState {
 		}
 		st.inflight.init()
 		c.files[n.Ino] = st
+		c.opensChanged()
 	}
 	st.mu.Lock()
 	if st.opens == 0 || !st.dirty {
@@ -313,18 +320,23 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		return 0, err
 	}
 	st.mu.Lock()
-	if st.inode.Inline {
-		if end <= uint64(h.c.InlineLimit()) {
-			n, err := h.writeInline(off, data) // unlocks st.mu
-			if errnoOf(err) != proto.ErrNotInline {
-				return n, err
-			}
-			// Another client moved the file to its chains.
-			if err := h.c.reloadMoved(st); err != nil {
-				return 0, err
-			}
-			return h.write(data, off)
+	if st.inode.Inline && end <= uint64(h.c.InlineLimit()) {
+		n, err := h.writeInline(off, data) // unlocks st.mu
+		if errnoOf(err) != proto.ErrNotInline {
+			return n, err
 		}
+		// Another client moved the file to its chains.
+		if err := h.c.reloadMoved(st); err != nil {
+			return 0, err
+		}
+		return h.write(data, off)
+	}
+	// Data goes to the file's targets from here on.
+	if err := h.c.announceWriting(st); err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	if st.inode.Inline {
 		if err := h.c.commitLocked(st, false); err != nil { // pending inline writes first
 			st.mu.Unlock()
 			return 0, err
@@ -651,6 +663,7 @@ func (c *Client) closed(st *fileState) (lastOfOrphan bool) {
 		return false
 	}
 	delete(c.files, st.ino)
+	c.opensChanged()
 	return st.orphan
 }
 
@@ -731,6 +744,9 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		st.inflight.waitAll()
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		if err := c.announceWriting(st); err != nil { // a truncate deletes data
+			return err
+		}
 		if !st.unreportedErr() { // the writes before the truncate (a failed one is reported by close)
 			if err := c.commitLocked(st, false); err != nil {
 				return err

@@ -25,9 +25,12 @@ func (c *Client) watchLoop() {
 		<-c.stop
 		cancel()
 	}()
+	var reportedGen uint64
+	var reported time.Time
 	for ctx.Err() == nil {
 		req := c.ns.watchReq()
 		req.Session = c.session
+		req.Opens = c.openReport(reportedGen, reported)
 		if c.fileLeases.count() > 0 {
 			// Answered soon enough to renew the file leases
 			// before they end (proto/lease.go).
@@ -42,7 +45,11 @@ func (c *Client) watchLoop() {
 		err := c.callLeaderContext(call, proto.OpWatch, req.Encode, func(d *wire.Dec) error { reply.Decode(d); return nil })
 		cancelCall()
 		pause := watchBatch
+		if err == nil && req.Opens != nil {
+			reportedGen, reported = req.Opens.Gen, sent
+		}
 		if err != nil {
+			reported = time.Time{} // the next leader may not have it
 			c.endLeases(^uint64(0))
 			if c.ns.lost() {
 				c.forgetAllCapabilities()

@@ -24,3 +24,8 @@ func SetQuotaPage(n int) func() {
 	quotaPage = n
 	return func() { quotaPage = old }
 }
+
+// FileHolders is fileHolders for tests in package meta_test.
+func (s *Service) FileHolders(ino uint64) (writers, readers []uint64, ok bool) {
+	return s.fileHolders(ino)
+}

@@ -122,6 +122,10 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 				s.acks.ack(r.Session, r.After, now)
 				s.files.renew(r.Session, now)
 			}
+			if r.Opens != nil && r.Session != 0 {
+				s.sessions.touch(r.Session) // a live client, as its keepalives say
+				s.opens.report(r.Session, r.Opens)
+			}
 			var reply proto.WatchReply
 			s.fsm.events.watch(&r, s.stop, &reply)
 			if !s.serving.Load() {
@@ -146,6 +150,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, &r, func() error { return s.nfsLease(&r, out) })
 	case proto.OpECScrub:
 		return read(d, nil, func() error { s.askECScrub(); return nil })
+	case proto.OpOpenWrite:
+		var r proto.OpenWriteReq
+		return read(d, &r, func() error { return s.openWrite(&r, out) })
 	case proto.OpSessionKeepalive:
 		var r proto.InoReq
 		return read(d, &r, func() error { s.sessions.touch(r.Session); return nil })

@@ -109,6 +109,7 @@ type Service struct {
 	storage     *storageClients
 	leases      *dirLeases  // directory leases (dirlease.go), while leading
 	files       *fileLeases // file leases (filelease.go), while leading
+	opens       *openTable  // the files client sessions hold open (opens.go), while leading
 	acks        *leaseAcks  // what their holders took in (leaseacks.go)
 
 	stop chan struct{}
@@ -178,7 +179,7 @@ func Start(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(), leases: newDirLeases(),
-		files: newFileLeases(), acks: newLeaseAcks(),
+		files: newFileLeases(), acks: newLeaseAcks(), opens: newOpenTable(),
 		fences:   fence.NewLog(fence.DefaultKeep),
 		nfsHeads: newNFSHeads(),
 		flaps:    &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},
@@ -251,6 +252,7 @@ func (s *Service) takeOver() error {
 	now := time.Now()
 	s.leases.reset(now)
 	s.files.reset(now)
+	s.opens.reset()
 	s.acks.reset()
 	s.leaderSince.Store(time.Now().UnixNano())
 	s.serving.Store(true)

@@ -46,6 +46,7 @@ const (
 	OpECGen     // a write generation of an erasure-coded file (ec.go)
 	OpECStripes // the recorded stripes of an erasure-coded file (ec.go)
 	OpECScrub   // start a parity check of every erasure-coded file (ec.go)
+	OpOpenWrite // a client is about to write a file's data to its targets (opens.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

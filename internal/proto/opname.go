@@ -40,6 +40,7 @@ var opNames = map[uint16]string{
 	OpECGen:            "ec_gen",
 	OpECStripes:        "ec_stripes",
 	OpECScrub:          "ec_scrub",
+	OpOpenWrite:        "open_write",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

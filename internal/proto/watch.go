@@ -16,11 +16,15 @@ import "tandemfs/internal/wire"
 // client has taken in every change up to After, which is what a change to
 // a directory or file it holds a lease on waits for, and it renews the
 // session's file leases (lease.go).
+//
+// Opens, when set, is the session's report of the files it holds open
+// (opens.go).
 type WatchReq struct {
 	Stream  uint64
 	After   uint64
 	WaitMs  uint32
 	Session uint64
+	Opens   *OpenFiles
 }
 
 func (r *WatchReq) Encode(e *wire.Enc) {
@@ -28,6 +32,9 @@ func (r *WatchReq) Encode(e *wire.Enc) {
 	e.U64(r.After)
 	e.U32(r.WaitMs)
 	e.U64(r.Session)
+	if r.Opens != nil {
+		r.Opens.Encode(e)
+	}
 }
 
 func (r *WatchReq) Decode(d *wire.Dec) {
@@ -35,6 +42,11 @@ func (r *WatchReq) Decode(d *wire.Dec) {
 	r.After = d.U64()
 	r.WaitMs = d.U32()
 	r.Session = optionalSession(d)
+	r.Opens = nil
+	if len(d.Rest()) > 0 {
+		r.Opens = &OpenFiles{}
+		r.Opens.Decode(d)
+	}
 }
 
 // MaxWatchWait bounds how long a watch request may be held.
