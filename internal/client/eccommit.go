@@ -88,8 +88,9 @@ func (c *Client) commitECLocked(st *fileState, sync bool) error {
 // whose sync fails or does not answer (a disk returning EIO, a server
 // gone since the write) loses its shards from the waiting versions, as
 // if their writes had failed: their stripes are recorded degraded and
-// rebuilt by the metadata leader. A stripe left with fewer than K shards
-// fails the commit, and its shards are synced again by the next one.
+// rebuilt by the metadata leader. A stripe left with fewer than K
+// durable shards (more than M lost between its write and the sync)
+// fails the commit with EIO: its bytes could not be read back.
 func (c *Client) syncECShards(st *fileState, k int) error {
 	es := st.ec
 	es.mu.Lock()

@@ -34,7 +34,6 @@ type ecRepairer struct {
 	repaired    uint64                  // shards rebuilt since this replica led
 	bytes       uint64
 	busy        time.Duration // spent repairing since this replica led: the rate's time
-	since       time.Time
 }
 
 func (s *Service) ecRepairLoop() {
@@ -137,7 +136,7 @@ func (s *Service) ecClient() *client.Client {
 			s.logf("erasure coding repair: %v", err)
 			return nil
 		}
-		r.client, r.since, r.retry = c, time.Now(), map[[2]uint64]time.Time{}
+		r.client, r.retry = c, map[[2]uint64]time.Time{}
 	}
 	return r.client
 }
