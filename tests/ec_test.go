@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/testcluster"
+	"tandemfs/internal/testenv"
 )
 
 // Erasure-coded directories through a FUSE mount (docs/architecture.md,
@@ -650,4 +653,82 @@ func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
 	for _, m := range files {
 		m.checkDirect(t)
 	}
+}
+
+// Shards written, then more than M of their targets gone before the
+// fsync that makes them durable: the fsync waits for them, as a write
+// does, instead of failing, and succeeds once they are back (a crashed
+// server's writes are still in its host's page cache). The writer is a
+// process of its own: this one restarts the servers, and a process
+// holding a file of the mount open cannot start another while the file's
+// writes wait (exec closes the descriptor in the child, and the kernel
+// sends FUSE a flush, which waits for them).
+func TestAnFsyncWaitsWhenMoreThanMShardTargetsWentAfterTheWrite(t *testing.T) {
+	testenv.RequireCommand(t, "python3")
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithMountFlags("--give-up", "60s"))
+	dir := filepath.Join(c.Mount(), "ec")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("stripe set --ec 4+2: %v\n%s", err, out)
+	}
+	const stripe = 4 * 64 << 10
+	m := &ecModel{path: filepath.Join(dir, "f"), data: seededBytes(rand.New(rand.NewPCG(7, 8)), 6*stripe)}
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, m.data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Whole stripes are sent as they fill (the fifth pushes the first
+	// out); the fsync waits for a line on stdin.
+	writer := exec.Command("python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, open(sys.argv[1], "rb").read())
+print("written", flush=True)
+sys.stdin.readline()
+os.fsync(fd)
+os.close(fd)
+print("synced", flush=True)
+`, src, m.path)
+	stdin, _ := writer.StdinPipe()
+	stdout, _ := writer.StdoutPipe()
+	var stderr strings.Builder
+	writer.Stderr = &stderr
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "written" {
+		t.Fatalf("the writer did not write: %s", stderr.String())
+	}
+	time.Sleep(time.Second)
+	for _, p := range []string{"storage1", "storage2", "storage3"} {
+		c.KillProcess(p)
+	}
+	fmt.Fprintln(stdin)
+	synced := make(chan error, 1)
+	go func() {
+		if !lines.Scan() || lines.Text() != "synced" {
+			synced <- fmt.Errorf("fsync failed: %s", stderr.String())
+			return
+		}
+		synced <- writer.Wait()
+	}()
+	select {
+	case err := <-synced:
+		t.Fatalf("fsync with three of six servers gone returned at once (%v); it must wait for them", err)
+	case <-time.After(3 * time.Second):
+	}
+	c.Up()
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatalf("after the servers came back: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fsync still waits a minute after the servers came back")
+	}
+	m.checkDirect(t)
 }

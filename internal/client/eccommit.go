@@ -88,9 +88,10 @@ func (c *Client) commitECLocked(st *fileState, sync bool) error {
 // whose sync fails or does not answer (a disk returning EIO, a server
 // gone since the write) loses its shards from the waiting versions, as
 // if their writes had failed: their stripes are recorded degraded and
-// rebuilt by the metadata leader. A stripe left with fewer than K
-// durable shards (more than M lost between its write and the sync)
-// fails the commit with EIO: its bytes could not be read back.
+// rebuilt by the metadata leader. Where that would leave a stripe fewer
+// than K shards (more than M targets gone between its write and the
+// sync), the sync waits for them, as a write does, and fails with EIO
+// only past the mount's give-up time.
 func (c *Client) syncECShards(st *fileState, k int) error {
 	es := st.ec
 	es.mu.Lock()
@@ -101,25 +102,25 @@ func (c *Client) syncECShards(st *fileState, k int) error {
 	for key := range written {
 		byChain[key.chain] = append(byChain[key.chain], key.index)
 	}
-	chains := slices.Collect(maps.Keys(byChain))
-	errs := make([]error, len(chains))
-	each(len(chains), func(i int) error {
-		indexes := byChain[chains[i]]
-		timeout := ecShardTimeout + time.Duration(len(indexes))*ecSyncPerChunk
-		errs[i] = c.shardCallWithin(chains[i], timeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
-			r := proto.ChunkSyncReq{Routing: rt, Ino: st.ino, Indexes: indexes}
-			return s.CallContext(ctx, proto.OpChunkSync, r.Encode, nil)
-		})
-		return nil
-	})
+	left := slices.Collect(maps.Keys(byChain))
+	deadline := time.Now().Add(c.cfg.GiveUp)
+	var failed []error
+	for {
+		left, failed = c.syncShardChains(st.ino, left, byChain)
+		if len(left) == 0 || es.readableWithout(left, byChain, k) || (c.cfg.GiveUp > 0 && time.Now().After(deadline)) {
+			break
+		}
+		// A crashed server's shards are in its host's page cache still:
+		// synced once it is back.
+		select {
+		case <-c.stop:
+			return rpc.Errorf(syscall.EIO, "file %d: client closed", st.ino)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 	es.mu.Lock()
 	defer es.mu.Unlock()
-	var failed []error
-	for i, ch := range chains {
-		if errs[i] == nil {
-			continue
-		}
-		failed = append(failed, fmt.Errorf("shards on chain %d: %w", ch, errs[i]))
+	for _, ch := range left {
 		for _, index := range byChain[ch] {
 			es.dropShard(ch, index)
 		}
@@ -131,6 +132,59 @@ func (c *Client) syncECShards(st *fileState, k int) error {
 		}
 	}
 	return nil
+}
+
+// syncShardChains syncs file ino's chunks at byChain's indexes on each
+// of chains, in parallel, and returns the chains whose sync failed, with
+// why.
+func (c *Client) syncShardChains(ino uint64, chains []uint32, byChain map[uint32][]uint64) (left []uint32, failed []error) {
+	errs := make([]error, len(chains))
+	each(len(chains), func(i int) error {
+		indexes := byChain[chains[i]]
+		timeout := ecShardTimeout + time.Duration(len(indexes))*ecSyncPerChunk
+		errs[i] = c.shardCallWithin(chains[i], timeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+			r := proto.ChunkSyncReq{Routing: rt, Ino: ino, Indexes: indexes}
+			return s.CallContext(ctx, proto.OpChunkSync, r.Encode, nil)
+		})
+		return nil
+	})
+	for i, ch := range chains {
+		if errs[i] != nil {
+			left = append(left, ch)
+			failed = append(failed, fmt.Errorf("shards on chain %d: %w", ch, errs[i]))
+		}
+	}
+	return left, failed
+}
+
+// readableWithout reports whether every waiting stripe keeps at least k
+// shards with those at byChain's indexes on chains dropped.
+func (es *ecState) readableWithout(chains []uint32, byChain map[uint32][]uint64, k int) bool {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	left := map[uint64]uint32{}
+	for s, p := range es.pending {
+		left[s] = p.version.Shards
+	}
+	for _, ch := range chains {
+		for _, index := range byChain[ch] {
+			p := es.pending[index&0xffffffff]
+			if p == nil || uint64(p.version.Gen) != index>>32 {
+				continue
+			}
+			for j, c := range es.chains {
+				if c == ch {
+					left[index&0xffffffff] &^= 1 << j
+				}
+			}
+		}
+	}
+	for _, shards := range left {
+		if bits.OnesCount32(shards) < k {
+			return false
+		}
+	}
+	return true
 }
 
 // ecSyncPerChunk is what a shard sync's time limit grows by for each
