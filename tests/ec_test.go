@@ -732,3 +732,76 @@ print("synced", flush=True)
 	}
 	m.checkDirect(t)
 }
+
+// tandem ec convert rewrites a file of copies as erasure coded and back,
+// online: every byte reads back the same after each swap, the layout is
+// the new one, and a file open for writing is refused with the reason.
+func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T) {
+	// A new leader judges which files clients hold open after the
+	// session timeout: 3 s here, not a minute.
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
+	dir := filepath.Join(c.Mount(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--replicas", "2", "--chunk-size", "64K", dir); err != nil {
+		t.Fatalf("stripe set: %v\n%s", err, out)
+	}
+	m := &ecModel{path: filepath.Join(dir, "f")}
+	f, err := os.Create(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 0, seededBytes(rand.New(rand.NewPCG(3, 4)), 3<<20+12345))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	layout := func() fuse.Layout {
+		t.Helper()
+		out, err := runTandem(t, "stripe", "get", "--json", m.path)
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var l fuse.Layout
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return l
+	}
+
+	time.Sleep(3 * time.Second)
+	if out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--ec", "4+2", m.path); err != nil {
+		t.Fatalf("ec convert --ec 4+2: %v\n%s", err, out)
+	}
+	if l := layout(); l.EC == nil || l.EC.Data != 4 || l.EC.Parity != 2 {
+		t.Fatalf("after ec convert --ec 4+2 the layout is %+v", l)
+	}
+	m.checkDirect(t)
+
+	if out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--replicas", "2", dir); err != nil {
+		t.Fatalf("ec convert --replicas 2: %v\n%s", err, out)
+	}
+	if l := layout(); l.EC != nil || l.Replicas != 2 {
+		t.Fatalf("after ec convert --replicas 2 the layout is %+v", l)
+	}
+	m.checkDirect(t)
+
+	// Open for writing, and written: refused, and nothing changes.
+	f, err = os.OpenFile(m.path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m.writeAt(t, f, 1<<20, []byte("written while open"))
+	out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--ec", "4+2", m.path)
+	if err == nil || !strings.Contains(out, "open for writing") {
+		t.Fatalf("ec convert of a file open for writing: %v\n%s", err, out)
+	}
+	if l := layout(); l.EC != nil {
+		t.Fatalf("a refused conversion changed the layout: %+v", l)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.checkDirect(t)
+}

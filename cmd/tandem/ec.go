@@ -7,12 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"tandemfs/internal/client"
+	"tandemfs/internal/ec"
+	"tandemfs/internal/proto"
 )
 
 // `tandem ec`: erasure-coded files (docs/architecture.md, "Erasure coding").
@@ -54,8 +57,128 @@ are counted and left for a later run.`,
 	}
 	repair.Flags().BoolVar(&verify, "verify", false, "also read every shard and check parity")
 	cf.add(repair)
-	ecCmd.AddCommand(repair)
+	ecCmd.AddCommand(repair, convertCommand())
 	rootCmd.AddCommand(ecCmd)
+}
+
+// convertCommand is `tandem ec convert`.
+func convertCommand() *cobra.Command {
+	var cf connectFlags
+	var ecText, domain string
+	var replicas uint32
+	cmd := &cobra.Command{
+		Use:   "convert (--ec K+M [--failure-domain server|rack] | --replicas N) [--data DIR | --meta ADDR --secret-file F] PATH...",
+		Short: "Convert files under PATH between copies and erasure coding, online",
+		Long: `Rewrite each regular file under the paths (a file, or a directory walked
+whole) in a new layout: erasure coded K+M (--ec), or N copies (--replicas).
+The new layout is written beside the old one and swapped in with one metadata
+command, so that a reader sees the old layout or the new one, never a mix; the
+old layout's chunks are deleted once no client holds the file open. A file open
+for writing anywhere is refused with the reason; a writer that comes along
+during a conversion aborts it, and the conversion starts again (three times at
+most). Files kept inline in the metadata have no layout and are passed over.
+The directory's pattern for new files is not changed: "tandem stripe set" does that.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			want, err := convertPattern(cmd, ecText, domain, replicas)
+			if err != nil {
+				return err
+			}
+			addr, secret, err := cf.resolve()
+			if err != nil {
+				return cf.explain(err)
+			}
+			c, err := client.New(client.Config{MetaAddr: addr, Secret: secret, GiveUp: 30 * time.Second,
+				Logf: func(string, ...any) {}})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			files, err := regularFiles(args)
+			if err != nil {
+				return err
+			}
+			return convertFiles(c, files, want, os.Stdout)
+		},
+	}
+	cmd.Flags().StringVar(&ecText, "ec", "", "erasure code the files K+M (e.g. 4+2, 8+2)")
+	cmd.Flags().StringVar(&domain, "failure-domain", "server", "with --ec: each shard on a server (or a rack) of its own")
+	cmd.Flags().Uint32Var(&replicas, "replicas", 0, "keep N copies of the files (1, 2 or 3)")
+	cf.add(cmd)
+	return cmd
+}
+
+// convertPattern is the layout the flags ask for.
+func convertPattern(cmd *cobra.Command, ecText, domain string, replicas uint32) (proto.Stripe, error) {
+	var want proto.Stripe
+	switch {
+	case cmd.Flags().Changed("ec") && cmd.Flags().Changed("replicas"):
+		return want, errors.New("give --ec or --replicas, not both")
+	case cmd.Flags().Changed("ec"):
+		scheme, err := ec.Parse(ecText)
+		if err != nil {
+			return want, fmt.Errorf("--ec: %w", err)
+		}
+		want.EC = proto.ECPattern{Data: uint8(scheme.Data), Parity: uint8(scheme.Parity)}
+		switch domain {
+		case "server":
+		case "rack":
+			want.EC.Domain = proto.DomainRack
+		default:
+			return want, fmt.Errorf("--failure-domain %q: give server or rack", domain)
+		}
+	case cmd.Flags().Changed("failure-domain"):
+		return want, errors.New("--failure-domain goes with --ec")
+	case cmd.Flags().Changed("replicas"):
+		if replicas < 1 || replicas > 3 {
+			return want, fmt.Errorf("--replicas %d: give 1, 2 or 3 copies", replicas)
+		}
+		want.Replicas = replicas
+	default:
+		return want, errors.New("give the layout to convert to: --ec K+M or --replicas N")
+	}
+	return want, nil
+}
+
+// convertFiles converts each file, with a progress line per file
+// (percent of the bytes, rate, time left) and a summary.
+func convertFiles(c *client.Client, files []ecFile, want proto.Stripe, w io.Writer) error {
+	start := time.Now()
+	var copied uint64
+	converted, skipped := 0, 0
+	var errs []error
+	for i, f := range files {
+		var last time.Time
+		n, err := c.Convert(f.ino, want, func(done, size uint64) {
+			if time.Since(last) < time.Second && done < size {
+				return
+			}
+			last = time.Now()
+			elapsed := time.Since(start).Seconds()
+			rate := float64(copied+done) / max(elapsed, 0.001)
+			left := time.Duration(float64(size-done) / max(rate, 1) * float64(time.Second))
+			fmt.Fprintf(w, "%3d%%  %s  %s of %s  %s/s  %s left in this file\n", done*100/max(size, 1), f.path,
+				humanBytes(done), humanBytes(size), humanBytes(uint64(rate)), left.Round(time.Second))
+		})
+		switch {
+		case errors.Is(err, syscall.EALREADY):
+			skipped++
+			continue
+		case err != nil && strings.Contains(err.Error(), "kept inline"):
+			skipped++
+			fmt.Fprintf(w, "      %s: kept inline in the metadata, passed over\n", f.path)
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", f.path, err))
+			continue
+		}
+		converted++
+		copied += n.Size
+		fmt.Fprintf(w, "done  %s (%d of %d files)\n", f.path, i+1, len(files))
+	}
+	fmt.Fprintf(w, "\nconverted %d files (%s) in %s; %d already in that layout or inline\n", converted, humanBytes(copied),
+		time.Since(start).Round(time.Millisecond), skipped)
+	return errors.Join(errs...)
 }
 
 // ecFile is a regular file found under the paths, by inode number.

@@ -25,7 +25,7 @@ func init() {
 		chunk                                   string
 		count                                   uint32
 		syncEvery, failureTimeout, pollNext     time.Duration
-		ecRebuildAfter                          time.Duration
+		ecRebuildAfter, sessionTimeout          time.Duration
 		peers                                   []string
 		fenceFile                               string
 	)
@@ -66,7 +66,7 @@ func init() {
 				noInline = true // as it says: no file is small enough
 			}
 			svc, err := meta.Start(meta.Config{
-				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout, ECRebuildAfter: ecRebuildAfter,
+				SyncEvery: syncEvery, PollNext: pollNext, Peers: peerList, Fence: fences, FailureTimeout: failureTimeout, ECRebuildAfter: ecRebuildAfter, SessionTimeout: sessionTimeout,
 				Dir: dir, Listen: listen, RaftListen: raftListen, ID: id, Secret: secret,
 				InlineLimit: inline, NoInline: noInline,
 				DefaultStripe: proto.Stripe{ChunkSize: uint32(chunkSize), Count: count},
@@ -100,6 +100,7 @@ func init() {
 		"after a reply, poll for the next request this long before letting the CPU idle (lower latency for clients that call in a row, at the cost of that CPU time); 0 turns it off")
 	f.StringVar(&fenceFile, "fence-config", "", "JSON file naming the fence agents to run against a failed storage server (see docs/ha.md)")
 	f.DurationVar(&failureTimeout, "failure-timeout", 3*time.Second, "a storage server silent this long on the public network is failed over")
+	f.DurationVar(&sessionTimeout, "session-timeout", 60*time.Second, "a client silent this long is gone: its locks and orphaned files go, and files it held open are no longer; a new leader judges none of that before this long")
 	f.DurationVar(&ecRebuildAfter, "ec-rebuild-after", 10*time.Minute, "a storage server silent this long is retired for erasure coding: its shards are rebuilt on other targets (negative: never)")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("secret-file")

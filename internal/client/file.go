@@ -119,7 +119,10 @@ func (c *Client) acquire(n *proto.Inode) *fileState {
 		c.opensChanged()
 	}
 	st.mu.Lock()
-	if st.opens == 0 || !st.dirty {
+	if (st.opens == 0 || !st.dirty) && n.Stripe.EC.On() == (st.ec != nil) {
+		// (A file converted between copies and erasure coding while
+		// open here keeps its old layout for this state, until its
+		// last close: st.ec is fixed once the state is shared.)
 		st.inode = *n
 		st.size = n.Size
 		st.mtime = n.Mtime

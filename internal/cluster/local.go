@@ -49,6 +49,9 @@ type Options struct {
 	// ECRebuildAfter is the metadata service's --ec-rebuild-after (0:
 	// its default).
 	ECRebuildAfter time.Duration
+	// SessionTimeout is the metadata service's --session-timeout (0: its
+	// default).
+	SessionTimeout time.Duration
 	// FenceConfig is a fence agents file for the metadata service; "":
 	// no fencing.
 	FenceConfig string
@@ -359,6 +362,9 @@ func (o *Options) startMeta(l *Layout, secret rpc.Secret) error {
 		}
 		if o.ECRebuildAfter != 0 {
 			args = append(args, "--ec-rebuild-after", o.ECRebuildAfter.String())
+		}
+		if o.SessionTimeout != 0 {
+			args = append(args, "--session-timeout", o.SessionTimeout.String())
 		}
 		started, err := o.start(m.procName(len(l.Metas)), args, serviceEnv(runtime.NumCPU(), len(l.Servers)))
 		if err != nil {

@@ -266,11 +266,18 @@ func TestATruncateCutsStripesAndTheWritersBuiltOnThem(t *testing.T) {
 	}
 }
 
+// A file of copies has no stripes; it takes write generations all the
+// same (a conversion to erasure coding writes its stripes under one
+// before the swap); a directory takes none.
 func TestStripeCallsRefuseAFileThatIsNotErasureCoded(t *testing.T) {
 	_, c := setup(t)
 	n := mk(t, c, proto.RootIno, "plain", 0o100644)
-	_, err := c.ECGen(n.Ino)
+	_, err := c.ECStripes(n.Ino, 0)
 	wantErr(t, err, syscall.EINVAL, "not an erasure-coded file")
-	_, err = c.ECStripes(n.Ino, 0)
-	wantErr(t, err, syscall.EINVAL, "not an erasure-coded file")
+	if g, err := c.ECGen(n.Ino); err != nil || g == 0 {
+		t.Fatalf("a generation of a file of copies: %d, %v", g, err)
+	}
+	d := mk(t, c, proto.RootIno, "dir", syscall.S_IFDIR|0o755)
+	_, err = c.ECGen(d.Ino)
+	wantErr(t, err, syscall.EINVAL, "not a regular file")
 }

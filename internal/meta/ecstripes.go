@@ -133,8 +133,12 @@ func (t *tx) ecFile(ino uint64) (*inodeRec, error) {
 // and a writer never writes over a version that is recorded.
 func (t *tx) ecGen(r *proto.InoReq, out *wire.Enc) error {
 	t.session = r.Session
-	if _, err := t.ecFile(r.Ino); err != nil {
+	// A file of copies too: converting it to a coded layout writes its
+	// stripes under a generation before the swap (convert.go).
+	if n, err := t.inode(r.Ino); err != nil {
 		return err
+	} else if !n.isReg() {
+		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
 	next := uint32(1)
 	if v, ok, err := get(t.b, ecGenKey(r.Ino)); err != nil {

@@ -33,6 +33,8 @@ const (
 	opECGCDone      // a replaced stripe version's shards are deleted (ecstripes.go)
 	opECRetire      // silent servers' targets take no more erasure-coded shards (ecevacuate.go)
 	opECMoveShard   // a coded file's shard moves off a retired target (ecevacuate.go)
+	opConvertSwap   // a converted file's new layout replaces its old one (convert.go)
+	opLayoutGCDone  // a replaced layout's chunks are deleted (convert.go)
 )
 
 // FSM is the metadata state machine. Raft hands it committed commands in
@@ -310,6 +312,13 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 	case opECGCDone:
 		ino, index := d.U64(), d.U64()
 		return decoded(d, func() error { t.b.Delete(ecGarbageKey(ino, index), nil); return nil })
+	case opConvertSwap:
+		var r proto.ConvertCommitReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.convertSwap(&r, out) })
+	case opLayoutGCDone:
+		ino, version := d.U64(), d.U64()
+		return decoded(d, func() error { t.b.Delete(layoutGarbageKey(ino, version), nil); return nil })
 	case opFailServer:
 		id := d.U32()
 		return decoded(d, func() error { return t.failServer(id) })

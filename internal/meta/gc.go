@@ -19,6 +19,7 @@ func (s *Service) gcLoop() {
 		if s.serving.Load() {
 			s.collectGarbage(256)
 			s.collectECVersions(256)
+			s.collectReplacedLayouts(64)
 		}
 	})
 }

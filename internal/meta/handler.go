@@ -150,6 +150,13 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 		return read(d, &r, func() error { return s.nfsLease(&r, out) })
 	case proto.OpECScrub:
 		return read(d, nil, func() error { s.askECScrub(); return nil })
+	case proto.OpConvertBegin:
+		var r proto.ConvertBeginReq
+		return read(d, &r, func() error { return s.convertBegin(&r, out) })
+	case proto.OpConvertCommit:
+		payload := d.Rest()
+		var r proto.ConvertCommitReq
+		return read(d, &r, func() error { return s.convertCommit(&r, payload, out) })
 	case proto.OpOpenWrite:
 		var r proto.OpenWriteReq
 		return read(d, &r, func() error { return s.openWrite(&r, out) })

@@ -101,11 +101,14 @@ func (t *openTable) reset() {
 	t.mu.Unlock()
 }
 
-// openWrite answers OpOpenWrite: the announcement is recorded before the
-// file is read, so that a change of layout committed after it is seen in
-// the reply, and one committed before it knows of the writer.
+// openWrite answers OpOpenWrite: the announcement is recorded, and a
+// conversion of the file in progress aborted, before the file is read, so
+// that a conversion's swap either knows of the writer or is in the reply.
 func (s *Service) openWrite(r *proto.OpenWriteReq, out *wire.Enc) error {
+	s.convs.mu.Lock() // not while a conversion's swap is proposed
 	s.opens.announceWriting(r.Session, r.Ino, r.Gen)
+	s.convs.abortLocked(r.Ino)
+	s.convs.mu.Unlock()
 	s.sessions.touch(r.Session)
 	n, err := loadInode(s.fsm.db, r.Ino)
 	if err != nil {

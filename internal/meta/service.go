@@ -107,10 +107,11 @@ type Service struct {
 	nfsHeads    *nfsHeads // NFS gateway heads seen (nfslease.go)
 	sessions    *sessions
 	storage     *storageClients
-	leases      *dirLeases  // directory leases (dirlease.go), while leading
-	files       *fileLeases // file leases (filelease.go), while leading
-	opens       *openTable  // the files client sessions hold open (opens.go), while leading
-	acks        *leaseAcks  // what their holders took in (leaseacks.go)
+	leases      *dirLeases   // directory leases (dirlease.go), while leading
+	files       *fileLeases  // file leases (filelease.go), while leading
+	opens       *openTable   // the files client sessions hold open (opens.go), while leading
+	convs       *conversions // conversions between copies and erasure coding in progress (convert.go)
+	acks        *leaseAcks   // what their holders took in (leaseacks.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -179,7 +180,7 @@ func Start(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, fsm: fsm, node: node, ln: ln,
 		live: newLiveness(), sessions: newSessions(), leases: newDirLeases(),
-		files: newFileLeases(), acks: newLeaseAcks(), opens: newOpenTable(),
+		files: newFileLeases(), acks: newLeaseAcks(), opens: newOpenTable(), convs: newConversions(),
 		fences:   fence.NewLog(fence.DefaultKeep),
 		nfsHeads: newNFSHeads(),
 		flaps:    &flapCounter{fails: map[uint32][]time.Time{}, logged: map[uint32]bool{}, logf: cfg.Logf},

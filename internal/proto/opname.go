@@ -41,6 +41,8 @@ var opNames = map[uint16]string{
 	OpECStripes:        "ec_stripes",
 	OpECScrub:          "ec_scrub",
 	OpOpenWrite:        "open_write",
+	OpConvertBegin:     "convert_begin",
+	OpConvertCommit:    "convert_commit",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

@@ -121,6 +121,13 @@ func WithECRebuildAfter(d time.Duration) Option {
 	return func(o *cluster.Options) { o.ECRebuildAfter = d }
 }
 
+// WithSessionTimeout sets the metadata service's --session-timeout (and
+// so how long a new leader waits before it judges which files clients
+// hold open).
+func WithSessionTimeout(d time.Duration) Option {
+	return func(o *cluster.Options) { o.SessionTimeout = d }
+}
+
 // WithRacks labels the storage servers rack1..rackN in turn.
 func WithRacks(n int) Option { return func(o *cluster.Options) { o.Racks = n } }
 

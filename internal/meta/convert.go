@@ -1,0 +1,310 @@
+package meta
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"math/bits"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/rpc"
+	"tandemfs/internal/wire"
+)
+
+// Converting a file between copies and erasure coding (the contract is in
+// proto/convert.go). The leader refuses a file any session holds open for
+// writing (opens.go), hands out a token and the new layout, and swaps the
+// layouts in one command once the converter has written the file's bytes
+// in the new one: by compare-and-set on the inode's version, so that any
+// change meanwhile fails the swap, and only if no writer announced itself
+// since the begin. The old layout's chunks become garbage that waits
+// until no session holds the file open (a reader keeps reading the old
+// layout until it closes), then are deleted.
+
+// pLayoutGarbage keys a replaced layout's chunks: ino, then the swap's
+// inode version; the value is the chains and the chunk index range.
+const pLayoutGarbage = 'L'
+
+func layoutGarbageKey(ino, version uint64) []byte {
+	k := make([]byte, 17)
+	k[0] = pLayoutGarbage
+	binary.BigEndian.PutUint64(k[1:], ino)
+	binary.BigEndian.PutUint64(k[9:], version)
+	return k
+}
+
+func marshalLayoutGarbage(chains []uint32, from, to uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, from)
+	b = binary.BigEndian.AppendUint64(b, to)
+	return append(b, encodeChains(chains)...)
+}
+
+func unmarshalLayoutGarbage(key, v []byte) (garbage, bool) {
+	if len(key) != 17 || len(v) < 16 {
+		return garbage{}, false
+	}
+	return garbage{ino: decodeU64(key[1:9]), from: binary.BigEndian.Uint64(v), to: binary.BigEndian.Uint64(v[8:]),
+		chains: decodeChains(v[16:])}, true
+}
+
+// conversions are the leader's conversions in progress. mu is also held
+// across a swap's proposal, so that a writer's announcement (openWrite)
+// comes either before the swap, and aborts it, or after it, and reads the
+// new layout.
+type conversions struct {
+	mu    sync.Mutex
+	byIno map[uint64]*conversion
+}
+
+type conversion struct {
+	token   uint64
+	aborted bool
+}
+
+func newConversions() *conversions { return &conversions{byIno: map[uint64]*conversion{}} }
+
+// abort aborts a conversion of ino in progress (mu held).
+func (c *conversions) abortLocked(ino uint64) {
+	if cv := c.byIno[ino]; cv != nil {
+		cv.aborted = true
+	}
+}
+
+// convertBegin answers OpConvertBegin.
+func (s *Service) convertBegin(r *proto.ConvertBeginReq, out *wire.Enc) error {
+	writers, _, ok := s.fileHolders(r.Ino)
+	if !ok {
+		return rpc.Errorf(syscall.EAGAIN, "the metadata leader took over lately and does not know yet which files clients hold open; try again in %v", s.cfg.SessionTimeout)
+	}
+	if len(writers) > 0 {
+		return rpc.Errorf(syscall.EBUSY, "file %d is open for writing by %d client session(s) (%x): convert it once they close it", r.Ino, len(writers), writers[0])
+	}
+	n, err := loadInode(s.fsm.db, r.Ino)
+	if err != nil {
+		return err
+	}
+	reply := proto.ConvertBeginReply{Inode: n.Inode}
+	if reply.Stripe, reply.Chains, err = s.newLayout(n, r.Stripe); err != nil {
+		return err
+	}
+	if pending, err := hasPrefix(s.fsm.db, layoutGarbageKey(r.Ino, 0)[:9]); err != nil {
+		return err
+	} else if pending {
+		return rpc.Errorf(syscall.EAGAIN, "file %d's layout before its last conversion is still to be deleted (it waits until no client holds the file open); try again later", r.Ino)
+	}
+	var tok [8]byte
+	rand.Read(tok[:])
+	reply.Token = binary.LittleEndian.Uint64(tok[:]) | 1
+	s.convs.mu.Lock()
+	s.convs.byIno[r.Ino] = &conversion{token: reply.Token}
+	s.convs.mu.Unlock()
+	reply.Encode(out)
+	return nil
+}
+
+// newLayout is the pattern and chains file n gets in the conversion to
+// want, or why it cannot be converted.
+func (s *Service) newLayout(n *inodeRec, want proto.Stripe) (proto.Stripe, []uint32, error) {
+	switch {
+	case !n.isReg():
+		return want, nil, rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", n.Ino)
+	case n.Inline:
+		return want, nil, rpc.Errorf(syscall.EINVAL, "file %d is %d bytes, kept inline in the metadata: it has no layout to convert", n.Ino, n.Size)
+	}
+	if want.ChunkSize == 0 {
+		want.ChunkSize = n.Stripe.ChunkSize
+	}
+	if want.EC.On() {
+		if want.EC == n.Stripe.EC {
+			return want, nil, rpc.Errorf(syscall.EALREADY, "file %d is coded %d+%d already", n.Ino, want.EC.Data, want.EC.Parity)
+		}
+		if err := s.fsm.checkECPattern(want.EC); err != nil {
+			return want, nil, err
+		}
+		want.Count, want.Replicas = 0, 0
+		chains, err := s.fsm.pickShards(n.Ino, want.EC)
+		return want, chains, err
+	}
+	chains := s.fsm.pickChains(n.Ino, &want)
+	if len(chains) == 0 {
+		return want, nil, errNoTargets
+	}
+	if !n.Stripe.EC.On() && want.Replicas == n.Stripe.Replicas {
+		return want, nil, rpc.Errorf(syscall.EALREADY, "file %d already has %d copies", n.Ino, want.Replicas)
+	}
+	return want, chains, nil
+}
+
+// convertCommit answers OpConvertCommit: the swap is proposed only for a
+// conversion this leader began and no writer aborted, with no writer
+// holding the file, under convs.mu (see conversions).
+func (s *Service) convertCommit(r *proto.ConvertCommitReq, payload []byte, out *wire.Enc) error {
+	s.convs.mu.Lock()
+	defer s.convs.mu.Unlock()
+	cv := s.convs.byIno[r.Ino]
+	if cv == nil || cv.token != r.Token {
+		return rpc.Errorf(proto.ErrConvertAborted, "file %d: no conversion of it in progress here (the leader changed, or another began)", r.Ino)
+	}
+	delete(s.convs.byIno, r.Ino)
+	if writers, _, ok := s.fileHolders(r.Ino); cv.aborted || !ok || len(writers) > 0 {
+		return rpc.Errorf(proto.ErrConvertAborted, "file %d was opened for writing during its conversion", r.Ino)
+	}
+	reply, err := s.propose(opConvertSwap, func(e *wire.Enc) { e.B = append(e.B, payload...) })
+	if err != nil {
+		return err
+	}
+	out.B = append(out.B, reply...)
+	return nil
+}
+
+// convertSwap applies a conversion: the inode takes the new layout (and,
+// coded, its stripe versions) if it is still at the version the copy was
+// made from, and the old layout becomes garbage.
+func (t *tx) convertSwap(r *proto.ConvertCommitReq, out *wire.Enc) error {
+	n, err := t.inode(r.Ino)
+	if err != nil {
+		return err
+	}
+	if !n.isReg() || n.Inline {
+		return rpc.Errorf(syscall.EINVAL, "file %d is not a regular file on targets", r.Ino)
+	}
+	if n.Version != r.Version {
+		return rpc.Errorf(proto.ErrConvertAborted, "file %d changed during its conversion", r.Ino)
+	}
+	if err := t.validLayout(r); err != nil {
+		return err
+	}
+	if err := t.retireLayout(n); err != nil {
+		return err
+	}
+	n.Stripe, n.Chains = r.Stripe, r.Chains
+	for i := range r.EC {
+		v := r.EC[i]
+		t.b.Set(ecStripeKey(n.Ino, v.Stripe), marshalECStripe(&v), nil)
+		t.markDegraded(n, &v)
+	}
+	t.putInode(n)
+	n.Inode.Encode(out)
+	return nil
+}
+
+// validLayout checks a conversion's new layout: chains for every shard,
+// stripe versions a coded file can record.
+func (t *tx) validLayout(r *proto.ConvertCommitReq) error {
+	p := r.Stripe.EC
+	if !p.On() {
+		if len(r.EC) > 0 || len(r.Chains) == 0 {
+			return rpc.Errorf(syscall.EINVAL, "a layout of copies with %d chains and %d stripe versions", len(r.Chains), len(r.EC))
+		}
+		return nil
+	}
+	if len(r.Chains) != p.Shards() {
+		return rpc.Errorf(syscall.EINVAL, "%d chains for %d+%d shards", len(r.Chains), p.Data, p.Parity)
+	}
+	stripeBytes := uint64(p.Data) * uint64(r.Stripe.ChunkSize)
+	for _, v := range r.EC {
+		if v.Gen == 0 || uint64(v.Encoded) > stripeBytes || v.Length > v.Encoded || bits.OnesCount32(v.Shards) < int(p.Data) {
+			return rpc.Errorf(syscall.EINVAL, "stripe %d of generation %d: %d bytes encoded as %d on shards %b cannot be recorded", v.Stripe, v.Gen, v.Length, v.Encoded, v.Shards)
+		}
+	}
+	return nil
+}
+
+// retireLayout makes n's present layout garbage: a coded file's stripe
+// records go (their chunks are every generation's so far), a copied
+// file's chunks up to its size.
+func (t *tx) retireLayout(n *inodeRec) error {
+	if n.Stripe.EC.On() {
+		gen, err := t.nextECGen(n.Ino)
+		if err != nil {
+			return err
+		}
+		// Replaced versions waiting for the collector (q keys) stay its.
+		for _, lo := range [][]byte{ecStripeKey(n.Ino, 0)[:9], ecDegradedKey(n.Ino, 0)[:9], ecMovedKey(n.Ino, 0)[:9]} {
+			if err := t.deletePrefix(lo); err != nil {
+				return err
+			}
+		}
+		// The generation counter stays: the next coded layout's shards
+		// take generations past every one retired here.
+		t.b.Set(layoutGarbageKey(n.Ino, n.Version), marshalLayoutGarbage(n.Chains, proto.ECChunkIndex(1, 0), proto.ECChunkIndex(gen, 0)), nil)
+		return nil
+	}
+	cs := uint64(max(n.Stripe.ChunkSize, 1))
+	to := (max(n.Size, n.Written) + cs - 1) / cs
+	t.b.Set(layoutGarbageKey(n.Ino, n.Version), marshalLayoutGarbage(n.Chains, 0, max(to, 1)), nil)
+	return nil
+}
+
+// nextECGen is the generation file ino's next write would take.
+func (t *tx) nextECGen(ino uint64) (uint32, error) {
+	v, ok, err := get(t.b, ecGenKey(ino))
+	if err != nil || !ok || len(v) != 4 {
+		return 1, err
+	}
+	return binary.BigEndian.Uint32(v), nil
+}
+
+// deletePrefix deletes every key starting with lo.
+func (t *tx) deletePrefix(lo []byte) error {
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		t.b.Delete(append([]byte(nil), it.Key()...), nil)
+	}
+	return it.Close()
+}
+
+// hasPrefix reports whether db holds a key starting with lo.
+func hasPrefix(db *pebble.DB, lo []byte) (bool, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return false, err
+	}
+	found := it.First()
+	return found, it.Close()
+}
+
+// collectReplacedLayouts deletes the chunks of layouts replaced by a
+// conversion, each once no session holds its file open.
+func (s *Service) collectReplacedLayouts(max int) {
+	var todo []garbage
+	var versions []uint64
+	prefix := []byte{pLayoutGarbage}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return
+	}
+	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
+		g, valid := unmarshalLayoutGarbage(it.Key(), it.Value())
+		if !valid {
+			continue
+		}
+		if w, rd, judged := s.fileHolders(g.ino); !judged || len(w)+len(rd) > 0 {
+			continue // a reader may still read the old layout
+		}
+		todo = append(todo, g)
+		versions = append(versions, decodeU64(it.Key()[9:]))
+	}
+	it.Close()
+	if len(todo) == 0 {
+		return
+	}
+	m, err := s.clusterMap()
+	if err != nil {
+		return
+	}
+	for i, g := range todo {
+		if s.deleteChunks(m, g) {
+			ino, version := g.ino, versions[i]
+			if _, err := s.propose(opLayoutGCDone, func(e *wire.Enc) { e.U64(ino); e.U64(version) }); err != nil {
+				return
+			}
+		}
+	}
+}
