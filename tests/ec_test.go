@@ -770,21 +770,37 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 	}
 
 	time.Sleep(3 * time.Second)
-	if out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--ec", "4+2", m.path); err != nil {
-		t.Fatalf("ec convert --ec 4+2: %v\n%s", err, out)
+	// Each conversion, then the old layout's chunks deleted (the targets
+	// hold what the new layout costs), and every byte the same.
+	for _, step := range []struct {
+		flags   []string
+		data    int // 0: copies
+		perByte float64
+	}{
+		{[]string{"--ec", "4+2"}, 4, 1.5},
+		{[]string{"--ec", "2+2"}, 2, 2}, // onto the same targets, under a new generation
+		{[]string{"--replicas", "2"}, 0, 2},
+	} {
+		args := append([]string{"ec", "convert", "--data", c.Dir()}, step.flags...)
+		if out, err := runTandem(t, append(args, dir)...); err != nil {
+			t.Fatalf("ec convert %v: %v\n%s", step.flags, err, out)
+		}
+		l := layout()
+		if (step.data == 0 && (l.EC != nil || l.Replicas != 2)) || (step.data > 0 && (l.EC == nil || l.EC.Data != step.data)) {
+			t.Fatalf("after ec convert %v the layout is %+v", step.flags, l)
+		}
+		m.checkDirect(t)
+		want := int64(step.perByte*float64(len(m.data))) + 1<<20
+		deadline := time.Now().Add(30 * time.Second)
+		for used := targetBytes(t, c); used > want; used = targetBytes(t, c) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after ec convert %v the targets hold %d bytes for a %d-byte file, want at most %d: the old layout was not deleted",
+					step.flags, used, len(m.data), want)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		m.checkDirect(t)
 	}
-	if l := layout(); l.EC == nil || l.EC.Data != 4 || l.EC.Parity != 2 {
-		t.Fatalf("after ec convert --ec 4+2 the layout is %+v", l)
-	}
-	m.checkDirect(t)
-
-	if out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--replicas", "2", dir); err != nil {
-		t.Fatalf("ec convert --replicas 2: %v\n%s", err, out)
-	}
-	if l := layout(); l.EC != nil || l.Replicas != 2 {
-		t.Fatalf("after ec convert --replicas 2 the layout is %+v", l)
-	}
-	m.checkDirect(t)
 
 	// Open for writing, and written: refused, and nothing changes.
 	f, err = os.OpenFile(m.path, os.O_WRONLY, 0)
@@ -804,4 +820,23 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 		t.Fatal(err)
 	}
 	m.checkDirect(t)
+}
+
+// targetBytes sums the chunk files on every target of the cluster.
+func targetBytes(t *testing.T, c *testcluster.Cluster) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(filepath.Join(c.Dir(), "storage"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".sum") || !strings.Contains(path, "chunks") {
+			return err
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -177,7 +177,7 @@ func (t *tx) convertSwap(r *proto.ConvertCommitReq, out *wire.Enc) error {
 	if err := t.validLayout(r); err != nil {
 		return err
 	}
-	if err := t.retireLayout(n); err != nil {
+	if err := t.retireLayout(n, newGens(r.EC)); err != nil {
 		return err
 	}
 	n.Stripe, n.Chains = r.Stripe, r.Chains
@@ -213,14 +213,31 @@ func (t *tx) validLayout(r *proto.ConvertCommitReq) error {
 	return nil
 }
 
+// newGens is the first generation a conversion's new coded layout uses
+// (0: none, it is not coded or holds no stripes).
+func newGens(vs []proto.ECStripe) uint32 {
+	first := uint32(0)
+	for _, v := range vs {
+		if first == 0 || v.Gen < first {
+			first = v.Gen
+		}
+	}
+	return first
+}
+
 // retireLayout makes n's present layout garbage: a coded file's stripe
-// records go (their chunks are every generation's so far), a copied
-// file's chunks up to its size.
-func (t *tx) retireLayout(n *inodeRec) error {
+// records go, and their chunks are every generation's before keep (the
+// new layout's first; 0: every one so far), a copied file's chunks up to
+// its size. (From one coded layout to another the new shards may well be
+// on the same targets as the old, under the conversion's generation.)
+func (t *tx) retireLayout(n *inodeRec, keep uint32) error {
 	if n.Stripe.EC.On() {
-		gen, err := t.nextECGen(n.Ino)
-		if err != nil {
-			return err
+		gen := keep
+		if gen == 0 {
+			var err error
+			if gen, err = t.nextECGen(n.Ino); err != nil {
+				return err
+			}
 		}
 		// Replaced versions waiting for the collector (q keys) stay its.
 		for _, lo := range [][]byte{ecStripeKey(n.Ino, 0)[:9], ecDegradedKey(n.Ino, 0)[:9], ecMovedKey(n.Ino, 0)[:9]} {
