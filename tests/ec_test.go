@@ -840,3 +840,58 @@ func targetBytes(t *testing.T, c *testcluster.Cluster) int64 {
 	}
 	return n
 }
+
+// A writer that comes along while a file is being converted is not lost:
+// its announcement aborts the conversion, which starts again or gives way
+// (the file is then open for writing), and either way the file holds the
+// writer's bytes.
+func TestAWriterDuringAConversionIsNotLost(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
+	dir := filepath.Join(c.Mount(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTandem(t, "stripe", "set", "--replicas", "2", dir); err != nil {
+		t.Fatalf("stripe set: %v\n%s", err, out)
+	}
+	m := &ecModel{path: filepath.Join(dir, "big")}
+	f, err := os.Create(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 0, seededBytes(rand.New(rand.NewPCG(5, 6)), 128<<20))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the leader's session timeout: it judges open files from now
+	conv := exec.Command(testcluster.Binary(t), "ec", "convert", "--data", c.Dir(), "--ec", "4+2", m.path)
+	var out strings.Builder
+	conv.Stderr = &out
+	progress, _ := conv.StdoutPipe()
+	if err := conv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first progress line: the copy has begun.
+	lines := bufio.NewScanner(progress)
+	if !lines.Scan() {
+		t.Fatalf("ec convert printed nothing: %s", out.String())
+	}
+	out.WriteString(lines.Text() + "\n")
+	f, err = os.OpenFile(m.path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 5<<20+123, []byte("written during the conversion"))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+	}
+	err = conv.Wait()
+	t.Logf("ec convert (%v):\n%s", err, out.String())
+	if err != nil && !strings.Contains(out.String(), "open for writing") && !strings.Contains(out.String(), "written to during") {
+		t.Fatalf("ec convert failed otherwise than by giving way to the writer: %v", err)
+	}
+	m.checkDirect(t)
+}
