@@ -290,38 +290,15 @@ func hasPrefix(db *pebble.DB, lo []byte) (bool, error) {
 // collectReplacedLayouts deletes the chunks of layouts replaced by a
 // conversion, each once no session holds its file open.
 func (s *Service) collectReplacedLayouts(max int) {
-	var todo []garbage
-	var versions []uint64
-	prefix := []byte{pLayoutGarbage}
-	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return
-	}
-	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
-		g, valid := unmarshalLayoutGarbage(it.Key(), it.Value())
+	s.collect(pLayoutGarbage, max, opLayoutGCDone, func(k, v []byte) (garbageRecord, bool) {
+		g, valid := unmarshalLayoutGarbage(k, v)
 		if !valid {
-			continue
+			return garbageRecord{}, false
 		}
 		if w, rd, judged := s.fileHolders(g.ino); !judged || len(w)+len(rd) > 0 {
-			continue // a reader may still read the old layout
+			return garbageRecord{}, false // a reader may still read the old layout
 		}
-		todo = append(todo, g)
-		versions = append(versions, decodeU64(it.Key()[9:]))
-	}
-	it.Close()
-	if len(todo) == 0 {
-		return
-	}
-	m, err := s.clusterMap()
-	if err != nil {
-		return
-	}
-	for i, g := range todo {
-		if s.deleteChunks(m, g) {
-			ino, version := g.ino, versions[i]
-			if _, err := s.propose(opLayoutGCDone, func(e *wire.Enc) { e.U64(ino); e.U64(version) }); err != nil {
-				return
-			}
-		}
-	}
+		ino, version := g.ino, decodeU64(k[9:])
+		return garbageRecord{g, func(e *wire.Enc) { e.U64(ino); e.U64(version) }}, true
+	})
 }

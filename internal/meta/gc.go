@@ -47,14 +47,33 @@ type garbage struct {
 }
 
 func (s *Service) collectGarbage(max int) {
-	var todo []garbage
-	prefix := []byte{pGarbage}
-	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	s.collect(pGarbage, max, opGCDone, func(k, v []byte) (garbageRecord, bool) {
+		ino := decodeU64(k[1:])
+		return garbageRecord{garbage{ino: ino, chains: decodeChains(v)}, func(e *wire.Enc) { e.U64(ino) }}, true
+	})
+}
+
+// garbageRecord is one record a collector found: the chunks to delete,
+// and the body of the command that drops the record once they are.
+type garbageRecord struct {
+	garbage
+	done func(*wire.Enc)
+}
+
+// collect deletes the chunks of up to max records under prefix, each as
+// parse reads it from its key and value (false: not now, or not one),
+// and proposes op with the record's done once every chain confirmed.
+func (s *Service) collect(prefix byte, max int, op uint16, parse func(k, v []byte) (garbageRecord, bool)) {
+	var todo []garbageRecord
+	lo := []byte{prefix}
+	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
 		return
 	}
 	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
-		todo = append(todo, garbage{ino: decodeU64(it.Key()[1:]), chains: decodeChains(it.Value())})
+		if r, ok := parse(it.Key(), it.Value()); ok {
+			todo = append(todo, r)
+		}
 	}
 	it.Close()
 	if len(todo) == 0 {
@@ -64,10 +83,9 @@ func (s *Service) collectGarbage(max int) {
 	if err != nil {
 		return
 	}
-	for _, g := range todo {
-		if s.deleteChunks(m, g) {
-			ino := g.ino
-			if _, err := s.propose(opGCDone, func(e *wire.Enc) { e.U64(ino) }); err != nil {
+	for _, r := range todo {
+		if s.deleteChunks(m, r.garbage) {
+			if _, err := s.propose(op, r.done); err != nil {
 				return
 			}
 		}
@@ -172,33 +190,12 @@ func (s *Service) sweepOrphans() {
 // that took such a version just before finds its chunks gone and reads
 // the recorded version instead (internal/client, readStripe).
 func (s *Service) collectECVersions(max int) {
-	var todo []garbage
-	prefix := []byte{pECGarbage}
-	it, err := s.fsm.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return
-	}
-	for ok := it.First(); ok && len(todo) < max; ok = it.Next() {
-		k := it.Key()
-		if len(k) == 17 {
-			index := decodeU64(k[9:])
-			todo = append(todo, garbage{ino: decodeU64(k[1:9]), chains: decodeChains(it.Value()), from: index, to: index + 1})
+	s.collect(pECGarbage, max, opECGCDone, func(k, v []byte) (garbageRecord, bool) {
+		if len(k) != 17 {
+			return garbageRecord{}, false
 		}
-	}
-	it.Close()
-	if len(todo) == 0 {
-		return
-	}
-	m, err := s.clusterMap()
-	if err != nil {
-		return
-	}
-	for _, g := range todo {
-		if s.deleteChunks(m, g) {
-			ino, index := g.ino, g.from
-			if _, err := s.propose(opECGCDone, func(e *wire.Enc) { e.U64(ino); e.U64(index) }); err != nil {
-				return
-			}
-		}
-	}
+		ino, index := decodeU64(k[1:9]), decodeU64(k[9:])
+		return garbageRecord{garbage{ino: ino, chains: decodeChains(v), from: index, to: index + 1},
+			func(e *wire.Enc) { e.U64(ino); e.U64(index) }}, true
+	})
 }
