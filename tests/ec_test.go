@@ -156,13 +156,7 @@ func ecFiles(t *testing.T, r *rand.Rand, dir string, stripe int) []*ecModel {
 
 func TestErasureCodedFilesReadBackWithAnyTwoServersGone(t *testing.T) {
 	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithMountFlags("--give-up", "6s"))
-	dir := filepath.Join(c.Mount(), "ec")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("stripe set --ec 4+2: %v\n%s", err, out)
-	}
+	dir := patternedDir(t, c, "ec", "--ec", "4+2", "--chunk-size", "64K")
 	const stripe = 4 * 64 << 10
 	r := rand.New(rand.NewPCG(41, 42))
 	files := ecFiles(t, r, dir, stripe)
@@ -401,14 +395,8 @@ func chunkFiles(t *testing.T, root string, ino uint64) int {
 // `tandem ec repair --verify` finds which shard disagrees and rewrites it.
 func TestVerifyingParityFindsAndRewritesAWrongShard(t *testing.T) {
 	c := testcluster.Start(t, testcluster.WithServers(4, 1))
-	dir := filepath.Join(c.Mount(), "ec")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// Two parity shards: one tells that a shard is wrong, two which.
-	if out, err := runTandem(t, "stripe", "set", "--ec", "2+2", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	dir := patternedDir(t, c, "ec", "--ec", "2+2", "--chunk-size", "64K")
 	m := &ecModel{path: filepath.Join(dir, "f")}
 	f, err := os.Create(m.path)
 	if err != nil {
@@ -539,13 +527,7 @@ func readWholeDirect(t *testing.T, path string) []byte {
 // rack may fail.
 func TestShardsOnePerRackSurviveTheLossOfARack(t *testing.T) {
 	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithRacks(3), testcluster.WithMountFlags("--give-up", "6s"))
-	dir := filepath.Join(c.Mount(), "racked")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--ec", "2+1", "--failure-domain", "rack", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	dir := patternedDir(t, c, "racked", "--ec", "2+1", "--failure-domain", "rack", "--chunk-size", "64K")
 	r := rand.New(rand.NewPCG(3, 3))
 	var files []*ecModel
 	for i := 0; i < 4; i++ {
@@ -585,13 +567,7 @@ func TestShardsOnePerRackSurviveTheLossOfARack(t *testing.T) {
 func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
 	c := testcluster.Start(t, testcluster.WithServers(7, 1), testcluster.WithECRebuildAfter(4*time.Second),
 		testcluster.WithMountFlags("--give-up", "6s"))
-	dir := filepath.Join(c.Mount(), "ec")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	dir := patternedDir(t, c, "ec", "--ec", "4+2", "--chunk-size", "64K")
 	r := rand.New(rand.NewPCG(9, 9))
 	var files []*ecModel
 	for i := 0; i < 7; i++ {
@@ -666,13 +642,7 @@ func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
 func TestAnFsyncWaitsWhenMoreThanMShardTargetsWentAfterTheWrite(t *testing.T) {
 	testenv.RequireCommand(t, "python3")
 	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithMountFlags("--give-up", "60s"))
-	dir := filepath.Join(c.Mount(), "ec")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--ec", "4+2", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("stripe set --ec 4+2: %v\n%s", err, out)
-	}
+	dir := patternedDir(t, c, "ec", "--ec", "4+2", "--chunk-size", "64K")
 	const stripe = 4 * 64 << 10
 	m := &ecModel{path: filepath.Join(dir, "f"), data: seededBytes(rand.New(rand.NewPCG(7, 8)), 6*stripe)}
 	src := filepath.Join(t.TempDir(), "src")
@@ -740,13 +710,7 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 	// A new leader judges which files clients hold open after the
 	// session timeout: 3 s here, not a minute.
 	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
-	dir := filepath.Join(c.Mount(), "data")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--replicas", "2", "--chunk-size", "64K", dir); err != nil {
-		t.Fatalf("stripe set: %v\n%s", err, out)
-	}
+	dir := patternedDir(t, c, "data", "--replicas", "2", "--chunk-size", "64K")
 	m := &ecModel{path: filepath.Join(dir, "f")}
 	f, err := os.Create(m.path)
 	if err != nil {
@@ -847,13 +811,7 @@ func targetBytes(t *testing.T, c *testcluster.Cluster) int64 {
 // writer's bytes.
 func TestAWriterDuringAConversionIsNotLost(t *testing.T) {
 	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
-	dir := filepath.Join(c.Mount(), "data")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runTandem(t, "stripe", "set", "--replicas", "2", dir); err != nil {
-		t.Fatalf("stripe set: %v\n%s", err, out)
-	}
+	dir := patternedDir(t, c, "data", "--replicas", "2")
 	m := &ecModel{path: filepath.Join(dir, "big")}
 	f, err := os.Create(m.path)
 	if err != nil {
@@ -894,4 +852,19 @@ func TestAWriterDuringAConversionIsNotLost(t *testing.T) {
 		t.Fatalf("ec convert failed otherwise than by giving way to the writer: %v", err)
 	}
 	m.checkDirect(t)
+}
+
+// patternedDir makes directory name on c's mount and sets its pattern
+// with `tandem stripe set` and flags.
+func patternedDir(t *testing.T, c *testcluster.Cluster, name string, flags ...string) string {
+	t.Helper()
+	dir := filepath.Join(c.Mount(), name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append(append([]string{"stripe", "set"}, flags...), dir)
+	if out, err := runTandem(t, args...); err != nil {
+		t.Fatalf("stripe set %v: %v\n%s", flags, err, out)
+	}
+	return dir
 }

@@ -38,21 +38,9 @@ that are copied, not coded, are passed over. Shards whose target does not answer
 are counted and left for a later run.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, secret, err := cf.resolve()
-			if err != nil {
-				return cf.explain(err)
-			}
-			c, err := client.New(client.Config{MetaAddr: addr, Secret: secret, GiveUp: 30 * time.Second,
-				Logf: func(string, ...any) {}})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			files, err := regularFiles(args)
-			if err != nil {
-				return err
-			}
-			return repairFiles(c, files, verify, os.Stdout)
+			return onFiles(cf, args, func(c *client.Client, files []ecFile) error {
+				return repairFiles(c, files, verify, os.Stdout)
+			})
 		},
 	}
 	repair.Flags().BoolVar(&verify, "verify", false, "also read every shard and check parity")
@@ -84,21 +72,9 @@ The directory's pattern for new files is not changed: "tandem stripe set" does t
 			if err != nil {
 				return err
 			}
-			addr, secret, err := cf.resolve()
-			if err != nil {
-				return cf.explain(err)
-			}
-			c, err := client.New(client.Config{MetaAddr: addr, Secret: secret, GiveUp: 30 * time.Second,
-				Logf: func(string, ...any) {}})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			files, err := regularFiles(args)
-			if err != nil {
-				return err
-			}
-			return convertFiles(c, files, want, os.Stdout)
+			return onFiles(cf, args, func(c *client.Client, files []ecFile) error {
+				return convertFiles(c, files, want, os.Stdout)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&ecText, "ec", "", "erasure code the files K+M (e.g. 4+2, 8+2)")
@@ -179,6 +155,26 @@ func convertFiles(c *client.Client, files []ecFile, want proto.Stripe, w io.Writ
 	fmt.Fprintf(w, "\nconverted %d files (%s) in %s; %d already in that layout or inline\n", converted, humanBytes(copied),
 		time.Since(start).Round(time.Millisecond), skipped)
 	return errors.Join(errs...)
+}
+
+// onFiles runs fn with a client of the cluster cf names and the regular
+// files under paths.
+func onFiles(cf connectFlags, paths []string, fn func(c *client.Client, files []ecFile) error) error {
+	addr, secret, err := cf.resolve()
+	if err != nil {
+		return cf.explain(err)
+	}
+	c, err := client.New(client.Config{MetaAddr: addr, Secret: secret, GiveUp: 30 * time.Second,
+		Logf: func(string, ...any) {}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	files, err := regularFiles(paths)
+	if err != nil {
+		return err
+	}
+	return fn(c, files)
 }
 
 // ecFile is a regular file found under the paths, by inode number.
