@@ -868,3 +868,54 @@ func patternedDir(t *testing.T, c *testcluster.Cluster, name string, flags ...st
 	}
 	return dir
 }
+
+// A shard on a slow disk is read around: a shard read that has not
+// answered after the hedge delay (four times the recent shard reads, 30 to
+// 500 ms) is raced by a rebuild from the other shards, so a disk that
+// takes 1.5 s a read costs the whole file less than one of its reads, and
+// the bytes are right.
+func TestAReadDoesNotWaitForASlowShard(t *testing.T) {
+	t.Setenv("TANDEM_METRICS", "127.0.0.1:0")
+	c := testcluster.Start(t, testcluster.WithServers(3, 1), testcluster.WithFaultFiles())
+	dir := patternedDir(t, c, "ec", "--ec", "2+1", "--chunk-size", "64K")
+	path := filepath.Join(dir, "f")
+	want := randBytes(8 * 2 * 64 << 10) // eight stripes
+	mustWrite(t, path, want)
+
+	slow := serverOfShard(t, c, path, 0)
+	setFaults(t, c.FaultFile(slow), `[{"path": "/", "ops": "read", "delay": "1500ms"}]`)
+	t0 := time.Now()
+	got := readWholeDirect(t, path)
+	took := time.Since(t0)
+	if !bytes.Equal(got, want) {
+		t.Fatal("the file read around a slow shard differs from what was written")
+	}
+	if took > 1200*time.Millisecond {
+		t.Fatalf("reading eight stripes with data shard 0 on a disk 1.5 s slow took %v: the reads waited for it", took)
+	}
+	if wins := scrapeMetrics(t, c, "mount").sum("tandem_client_ec_hedge_wins_total"); wins < 1 {
+		t.Fatalf("the read took %v but the mount counts %v hedged reads won by a rebuild", took, wins)
+	}
+	t.Logf("read %d bytes around a slow shard in %v", len(got), took)
+}
+
+// serverOfShard is the name of the storage server that holds shard j of
+// erasure-coded file path.
+func serverOfShard(t *testing.T, c *testcluster.Cluster, path string, j int) string {
+	t.Helper()
+	out, err := runTandem(t, "stripe", "get", "--json", path)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var l fuse.Layout
+	if err := json.Unmarshal([]byte(out), &l); err != nil || l.EC == nil || len(l.EC.Shards) <= j {
+		t.Fatalf("stripe get --json %s: %v\n%s", path, err, out)
+	}
+	for _, s := range c.Layout.Servers {
+		if s.Listen == l.EC.Shards[j].Addr {
+			return s.Name
+		}
+	}
+	t.Fatalf("no server of the cluster listens at %s, shard %d's address", l.EC.Shards[j].Addr, j)
+	return ""
+}

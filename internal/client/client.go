@@ -51,6 +51,9 @@ type Client struct {
 	// unanswered: targets of erasure-coded shards that did not answer
 	// lately, read around and written without for a while (ecshard.go).
 	unanswered suspects
+	// shardReads is how long shard reads take of late, for the delay
+	// after which a read is hedged (ecread.go).
+	shardReads latencyAverage
 	metas      []*rpc.Client // one per metadata replica
 	leader     atomic.Int32  // index in metas of the replica that answered last
 	session    uint64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,11 @@ var (
 // readShard reads dst from shard j of version v at offset off inside the
 // shard. Past the shard's length it reads zeros without asking.
 func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+	return c.readShardUnless(nil, l, v, j, off, dst)
+}
+
+// readShardUnless is readShard that stops when done is closed.
+func (c *Client) readShardUnless(done <-chan struct{}, l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	have := l.geo.ShardLen(j, uint64(v.Encoded))
 	clear(dst)
 	if off >= have {
@@ -68,13 +74,18 @@ func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 	if v.Shards&(1<<j) == 0 {
 		return errShardMissing
 	}
-	return c.shardCall(l.chains[j], func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+	start := time.Now()
+	err := c.shardCallUnless(done, l.chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 		got, err := readChunk(ctx, rt, s, l.ino, proto.ECChunkIndex(v.Gen, v.Stripe), uint32(off), want)
 		if err == nil && got < len(want) {
 			return errShardShort
 		}
 		return err
 	})
+	if err == nil {
+		c.shardReads.add(time.Since(start))
+	}
+	return err
 }
 
 // readVersion fills dst with the stripe's bytes at off (from the stripe's
@@ -84,11 +95,7 @@ func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []by
 	pieces := l.geo.Split(l.geo.StripeStart(v.Stripe)+off, uint64(len(dst)))
 	err := each(len(pieces), func(i int) error {
 		p := pieces[i]
-		part := dst[p.Pos : p.Pos+p.N]
-		if err := c.readShard(l, v, p.Shard, p.Off, part); err != nil {
-			return c.rebuildPiece(l, v, p.Shard, p.Off, part)
-		}
-		return nil
+		return c.readPiece(l, v, p.Shard, p.Off, dst[p.Pos:p.Pos+p.N])
 	})
 	if cut := uint64(v.Length); err == nil && off+uint64(len(dst)) > cut {
 		clear(dst[max(cut, off)-off:]) // a truncate cut the stripe there
@@ -97,30 +104,44 @@ func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []by
 }
 
 // rebuildPiece fills dst with shard j's bytes at off from the other
-// shards' bytes at the same offset: a degraded read.
+// shards' bytes at the same offset: a degraded read. It asks all the
+// others and decodes from the first K to answer, so one more slow target
+// does not hold it up; the later answers land in buffers no one reads.
 func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	n := len(dst)
 	shards := make([][]byte, l.geo.Shards())
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
+	type answer struct {
+		i   int
+		b   []byte
+		err error
+	}
+	answers := make(chan answer, len(shards))
+	have, asked := 0, 0
 	for i := range shards {
 		if i == j {
 			continue
 		}
 		if off >= l.geo.ShardLen(i, uint64(v.Encoded)) {
 			shards[i] = make([]byte, n) // zeros, by the shard's length: nothing to read
+			have++
 			continue
 		}
-		wg.Add(1)
+		asked++
 		go func() {
-			defer wg.Done()
 			b := make([]byte, n)
-			if errs[i] = c.readShard(l, v, i, off, b); errs[i] == nil {
-				shards[i] = b
-			}
+			answers <- answer{i, b, c.readShard(l, v, i, off, b)}
 		}()
 	}
-	wg.Wait()
+	var errs []error
+	for ; asked > 0 && have < l.geo.Data; asked-- {
+		a := <-answers
+		if a.err != nil {
+			errs = append(errs, a.err)
+			continue
+		}
+		shards[a.i] = a.b
+		have++
+	}
 	if err := l.codec.ReconstructData(shards, n); err != nil {
 		return rpc.Errorf(syscall.EIO, "stripe %d of file %d: %v (%v)", v.Stripe, l.ino, err, errors.Join(errs...))
 	}
@@ -128,6 +149,73 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 	ecDegradedReads.Inc()
 	return nil
 }
+
+// readPiece fills dst with shard j's bytes at off. A shard read that
+// fails is rebuilt from the others; one that has not answered after
+// hedgeDelay is raced by a rebuild, and the first to finish gives the
+// bytes (a hedged read: a slow disk or a hung server costs a read that
+// delay, not ecShardTimeout).
+func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+	beaten := make(chan struct{})
+	primary := make(chan error, 1)
+	go func() { primary <- c.readShardUnless(beaten, l, v, j, off, dst) }()
+	hedge := time.NewTimer(c.hedgeDelay())
+	defer hedge.Stop()
+	select {
+	case err := <-primary:
+		if err != nil {
+			return c.rebuildPiece(l, v, j, off, dst)
+		}
+		return nil
+	case <-hedge.C:
+	}
+	ecHedgedReads.Inc()
+	rebuilt := make([]byte, len(dst))
+	second := make(chan error, 1)
+	go func() { second <- c.rebuildPiece(l, v, j, off, rebuilt) }()
+	select {
+	case err := <-primary:
+		if err == nil {
+			return nil // the rebuild goes on into its own buffer
+		}
+		if err = <-second; err == nil {
+			copy(dst, rebuilt)
+		}
+		return err
+	case err := <-second:
+		if err != nil {
+			return <-primary
+		}
+		close(beaten)
+		<-primary // ended: it writes into dst no more
+		copy(dst, rebuilt)
+		ecHedgeWins.Inc()
+		return nil
+	}
+}
+
+// Hedged reads wait for a shard four times as long as shard reads took
+// of late, but at least ecHedgeMin (a busy disk's ordinary wait is not
+// worth K reads) and at most ecHedgeMax.
+const (
+	ecHedgeMin = 30 * time.Millisecond
+	ecHedgeMax = 500 * time.Millisecond
+)
+
+func (c *Client) hedgeDelay() time.Duration {
+	return min(max(4*c.shardReads.get(), ecHedgeMin), ecHedgeMax)
+}
+
+// latencyAverage is a moving average of durations (weight 1/8), safe for
+// concurrent use; a lost update only blurs it.
+type latencyAverage struct{ ns atomic.Int64 }
+
+func (a *latencyAverage) add(d time.Duration) {
+	old := a.ns.Load()
+	a.ns.Store(old + (int64(d)-old)/8)
+}
+
+func (a *latencyAverage) get() time.Duration { return time.Duration(a.ns.Load()) }
 
 // readEC fills buf from erasure-coded file in at off: this client's
 // stripes not yet committed, else the recorded versions, else zeros (a

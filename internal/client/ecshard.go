@@ -22,6 +22,35 @@ const ecSuspectFor = 3 * time.Second
 // shortly before.
 var errShardUnanswered = errors.New("the shard's target does not answer")
 
+// errShardBeaten: the call was ended because another read gave the bytes.
+var errShardBeaten = errors.New("another read gave the bytes first")
+
+// cancelWhenClosed calls cancel when done is closed (never for a nil
+// done), until the returned function is called.
+func cancelWhenClosed(done <-chan struct{}, cancel func()) (stop func()) {
+	if done == nil {
+		return func() {}
+	}
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-finished:
+		}
+	}()
+	return func() { close(finished) }
+}
+
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
 // suspects are chains (of one target) that did not answer lately.
 type suspects struct {
 	mu    sync.Mutex
@@ -60,6 +89,13 @@ func (c *Client) shardCall(chain uint32, call func(ctx context.Context, rt proto
 // shardCallWithin is shardCall with timeout for each call: a sync of many
 // shard chunks takes longer than a write of one.
 func (c *Client) shardCallWithin(chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
+	return c.shardCallUnless(nil, chain, timeout, call)
+}
+
+// shardCallUnless is shardCallWithin that also ends when done is closed
+// (a hedged read that another read beat); a call ended that way does not
+// make its target suspect, since it was not given the time to answer.
+func (c *Client) shardCallUnless(done <-chan struct{}, chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
 	if c.unanswered.is(chain) {
 		return errShardUnanswered
 	}
@@ -71,13 +107,17 @@ func (c *Client) shardCallWithin(chain uint32, timeout time.Duration, call func(
 			return err
 		}
 		ctx, cancel := context.WithTimeout(c.epochs.Context(rt.Chain, rt.Version), timeout)
+		stopWatching := cancelWhenClosed(done, cancel)
 		err = call(ctx, rt, s)
 		timedOut := ctx.Err() != nil
+		stopWatching()
 		cancel()
 		switch {
 		case err == nil:
 			c.unanswered.clear(chain)
 			return nil
+		case isClosed(done):
+			return errors.Join(errShardBeaten, err)
 		case rpc.IsNetError(err) || timedOut:
 			c.unanswered.mark(chain)
 			return errors.Join(errShardUnanswered, err)

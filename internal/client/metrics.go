@@ -16,6 +16,10 @@ var (
 		"Pieces a storage server sent with sendfile whose bytes did not match their checksums, read again.")
 	ecDegradedReads = metrics.Counter("tandem_client_ec_degraded_reads_total",
 		"Pieces of erasure-coded files rebuilt from other shards because their own shard was missing, unreachable, slow or bad.")
+	ecHedgedReads = metrics.Counter("tandem_client_ec_hedged_reads_total",
+		"Shard reads of erasure-coded files that had not answered after the hedge delay, raced by a rebuild from other shards.")
+	ecHedgeWins = metrics.Counter("tandem_client_ec_hedge_wins_total",
+		"Hedged shard reads where the rebuild from other shards answered first.")
 )
 
 // ExportMetrics adds this client's own counts to the process's metrics:

@@ -3,8 +3,12 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"tandemfs/internal/rpc"
 )
@@ -120,4 +124,54 @@ func TestFaultSkipAndTimes(t *testing.T) {
 	wantErrno(t, tg.Write(1, 0, 0, []byte("second")), syscall.EIO)
 	mustWrite(t, tg, 1, 0, 0, []byte("third"))
 	assertSame(t, "after one injected failure", readAll(t, tg, 1, 0, 100), []byte("third"))
+}
+
+// A fault file's rules: an errno fails the matching calls, a delay makes
+// them slow (and, without an errno, still succeed), and a rule that names
+// no errno and no delay, or a bad one, is refused with the reason.
+func TestFaultFileRulesFailOrSlowTheCallsTheyName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "faults")
+	write := func(rules string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ffs := NewFaultFS(nil)
+	tg := openTestTarget(t, Options{FS: ffs})
+	mustWrite(t, tg, 1, 0, 0, pattern(1, 1000))
+
+	write(`[{"path": "", "ops": "read", "delay": "300ms"}]`)
+	rules, err := LoadFaultRules(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remove := ffs.Inject(rules[0])
+	t0 := time.Now()
+	assertSame(t, "a slow read", readAll(t, tg, 1, 0, 2000), pattern(1, 1000))
+	if took := time.Since(t0); took < 300*time.Millisecond {
+		t.Fatalf("a read under a 300ms delay took %v", took)
+	}
+	remove()
+
+	write(`[{"ops": "read", "errno": "EIO"}]`)
+	if rules, err = LoadFaultRules(path); err != nil {
+		t.Fatal(err)
+	}
+	ffs.Inject(rules[0])
+	_, err = tg.Read(1, 0, make([]byte, 100), 0)
+	wantErrno(t, err, syscall.EIO)
+
+	for rule, want := range map[string]string{
+		`[{"ops": "read"}]`:                   `unknown errno ""`,
+		`[{"ops": "read", "delay": "soon"}]`:  `delay "soon"`,
+		`[{"ops": "read", "delay": "-1s"}]`:   `delay "-1s"`,
+		`[{"ops": "reed", "errno": "EIO"}]`:   `unknown operation "reed"`,
+		`[{"ops": "read", "errno": "EPERM"}]`: `unknown errno "EPERM"`,
+	} {
+		write(rule)
+		if _, err := LoadFaultRules(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rule %s: got %v, want an error with %q", rule, err, want)
+		}
+	}
 }

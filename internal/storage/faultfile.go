@@ -22,7 +22,9 @@ import (
 // path is a substring of the paths to fail ("" for all), ops a comma list
 // of open, read, write, sync, truncate, size, mkdir, remove, rename,
 // readdir, syncdir, statfs, lock (or "all"), errno EIO or ENOSPC, times how
-// many matching calls fail (0: all of them).
+// many matching calls fail (0: all of them). A rule with a delay (a Go
+// duration, "1.5s") makes matching calls wait that long first, a slow disk;
+// with a delay, errno may be left out, and the calls then succeed.
 
 // FaultRule is one rule of a fault file.
 type FaultRule struct {
@@ -30,6 +32,7 @@ type FaultRule struct {
 	Ops   string `json:"ops"`
 	Errno string `json:"errno"`
 	Times int    `json:"times"`
+	Delay string `json:"delay"`
 }
 
 var opNames = map[string]Op{
@@ -49,6 +52,16 @@ func (r FaultRule) fault() (Fault, error) {
 			return f, fmt.Errorf("unknown operation %q (want %s)", name, "open, read, write, sync, truncate, size, mkdir, remove, rename, readdir, syncdir, statfs, lock or all")
 		}
 		f.Ops |= op
+	}
+	if r.Delay != "" {
+		d, err := time.ParseDuration(r.Delay)
+		if err != nil || d <= 0 {
+			return f, fmt.Errorf("delay %q is not a positive duration such as 500ms", r.Delay)
+		}
+		f.Hook = func(Op, string) { time.Sleep(d) }
+		if r.Errno == "" {
+			return f, nil // slow, not failing
+		}
 	}
 	errno, ok := errnoNames[r.Errno]
 	if !ok {
