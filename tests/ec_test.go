@@ -509,6 +509,12 @@ func readWholeDirect(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	return readAllDirect(t, f)
+}
+
+// readAllDirect reads f, opened with O_DIRECT, from its start to its end.
+func readAllDirect(t *testing.T, f *os.File) []byte {
+	t.Helper()
 	var got []byte
 	buf := alignedBlock(1 << 20)
 	for {
@@ -754,15 +760,7 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 			t.Fatalf("after ec convert %v the layout is %+v", step.flags, l)
 		}
 		m.checkDirect(t)
-		want := int64(step.perByte*float64(len(m.data))) + 1<<20
-		deadline := time.Now().Add(30 * time.Second)
-		for used := targetBytes(t, c); used > want; used = targetBytes(t, c) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after ec convert %v the targets hold %d bytes for a %d-byte file, want at most %d: the old layout was not deleted",
-					step.flags, used, len(m.data), want)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		waitOldLayoutDeleted(t, c, int64(step.perByte*float64(len(m.data))))
 		m.checkDirect(t)
 	}
 
@@ -784,6 +782,19 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 		t.Fatal(err)
 	}
 	m.checkDirect(t)
+}
+
+// waitOldLayoutDeleted waits until the targets hold at most want bytes
+// (and a MiB of slack), once a conversion's old layout is deleted.
+func waitOldLayoutDeleted(t *testing.T, c *testcluster.Cluster, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for used := targetBytes(t, c); used > want+1<<20; used = targetBytes(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the targets hold %d bytes, want at most %d: the layout a conversion replaced was not deleted", used, want+1<<20)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // targetBytes sums the chunk files on every target of the cluster.
@@ -918,4 +929,125 @@ func serverOfShard(t *testing.T, c *testcluster.Cluster, path string, j int) str
 	}
 	t.Fatalf("no server of the cluster listens at %s, shard %d's address", l.EC.Shards[j].Addr, j)
 	return ""
+}
+
+// A file held open across conversions (copies, then 4+2, 2+2 and copies
+// again) reads the same bytes through the same descriptor after every
+// swap, hole included, and a descriptor opened before a swap writes into
+// the new layout: the open state follows the file's layout as long as it
+// has nothing of its own unwritten.
+func TestAFileHeldOpenAcrossConversionsReadsAndWritesTheNewLayout(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
+	dir := patternedDir(t, c, "data", "--replicas", "2", "--chunk-size", "64K")
+	m := &ecModel{path: filepath.Join(dir, "f")}
+	r := rand.New(rand.NewPCG(7, 8))
+	f, err := os.Create(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 0, seededBytes(r, 300<<10))
+	m.writeAt(t, f, 700<<10, seededBytes(r, 333<<10+777)) // a hole between
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the leader judges open files from now
+
+	block := alignedBlock(4096)
+	perByte := []float64{1.5, 2, 2} // what each layout costs on the targets
+	for i, flags := range [][]string{{"--ec", "4+2"}, {"--ec", "2+2"}, {"--replicas", "2"}} {
+		reader, err := os.OpenFile(m.path, os.O_RDONLY|syscall.O_DIRECT, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writer, err := os.OpenFile(m.path, os.O_WRONLY|syscall.O_DIRECT, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond) // the mount reports its open files every 2 s
+		args := append([]string{"ec", "convert", "--data", c.Dir()}, flags...)
+		if out, err := runTandem(t, append(args, m.path)...); err != nil {
+			t.Fatalf("ec convert %v: %v\n%s", flags, err, out)
+		}
+		if got := readAllDirect(t, reader); !bytes.Equal(got, m.data) {
+			t.Fatalf("after ec convert %v the descriptor open before it reads other bytes", flags)
+		}
+		copy(block, seededBytes(r, len(block)))
+		off := int64(64<<10*i + 500<<10) // in the hole, then past it
+		if _, err := writer.WriteAt(block, off); err != nil {
+			t.Fatalf("after ec convert %v a write through a descriptor open before it: %v", flags, err)
+		}
+		copy(m.data[off:], block)
+		if err := writer.Close(); err != nil {
+			t.Fatalf("after ec convert %v, close of a descriptor written: %v", flags, err)
+		}
+		if got := readAllDirect(t, reader); !bytes.Equal(got, m.data) {
+			t.Fatalf("after ec convert %v and a write, the descriptor open before both reads other bytes", flags)
+		}
+		reader.Close()
+		m.checkDirect(t)
+		// The next conversion waits until no client holds the file
+		// open with the layout this one replaced, and that is deleted.
+		waitOldLayoutDeleted(t, c, int64(perByte[i]*float64(len(m.data))))
+	}
+}
+
+// A file small enough to be kept inline in the metadata is converted too:
+// it stays inline, and the conversion gives it the layout it takes when
+// it grows out of the metadata, so that a directory converted to erasure
+// coding does not keep copies of its small files once they grow.
+func TestAFileKeptInlineIsConvertedToTheLayoutItGrowsInto(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
+	dir := patternedDir(t, c, "data", "--replicas", "2", "--chunk-size", "64K")
+	m := &ecModel{path: filepath.Join(dir, "small")}
+	r := rand.New(rand.NewPCG(9, 10))
+	mustWrite(t, m.path, nil)
+	f, err := os.OpenFile(m.path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 0, seededBytes(r, 1000))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the leader judges open files from now
+
+	out, err := runTandem(t, "ec", "convert", "--data", c.Dir(), "--ec", "4+2", dir)
+	if err != nil || !strings.Contains(out, "kept inline") {
+		t.Fatalf("ec convert of a directory holding an inline file: %v\n%s", err, out)
+	}
+	l := fileLayout(t, m.path)
+	if l.EC == nil || l.EC.Data != 4 || l.EC.Parity != 2 || l.Inline == false {
+		t.Fatalf("after ec convert an inline file has the layout %+v, want inline and 4+2", l)
+	}
+	m.check(t)
+
+	f, err = os.OpenFile(m.path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 1000, seededBytes(r, 4<<20))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l := fileLayout(t, m.path); l.EC == nil || l.EC.Data != 4 || len(l.EC.Shards) != 6 || l.Inline {
+		t.Fatalf("grown out of the metadata, the converted file has the layout %+v, want 4+2 on targets", l)
+	}
+	m.checkDirect(t)
+	if used, want := targetBytes(t, c), int64(1.5*float64(len(m.data)))+1<<20; used > want {
+		t.Fatalf("the grown file costs %d bytes on the targets, want at most %d (coded 4+2, not copies)", used, want)
+	}
+}
+
+// fileLayout is `tandem stripe get --json path`.
+func fileLayout(t *testing.T, path string) fuse.Layout {
+	t.Helper()
+	out, err := runTandem(t, "stripe", "get", "--json", path)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var l fuse.Layout
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return l
 }

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -64,7 +63,8 @@ command, so that a reader sees the old layout or the new one, never a mix; the
 old layout's chunks are deleted once no client holds the file open. A file open
 for writing anywhere is refused with the reason; a writer that comes along
 during a conversion aborts it, and the conversion starts again (three times at
-most). Files kept inline in the metadata have no layout and are passed over.
+most). A file small enough to be kept inline in the metadata stays there: its
+conversion changes the layout it takes if it grows out of it.
 The directory's pattern for new files is not changed: "tandem stripe set" does that.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -121,7 +121,7 @@ func convertPattern(cmd *cobra.Command, ecText, domain string, replicas uint32) 
 func convertFiles(c *client.Client, files []ecFile, want proto.Stripe, w io.Writer) error {
 	start := time.Now()
 	var copied uint64
-	converted, skipped := 0, 0
+	converted, inline, skipped := 0, 0, 0
 	var errs []error
 	for i, f := range files {
 		var last time.Time
@@ -140,20 +140,22 @@ func convertFiles(c *client.Client, files []ecFile, want proto.Stripe, w io.Writ
 		case errors.Is(err, syscall.EALREADY):
 			skipped++
 			continue
-		case err != nil && strings.Contains(err.Error(), "kept inline"):
-			skipped++
-			fmt.Fprintf(w, "      %s: kept inline in the metadata, passed over\n", f.path)
-			continue
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", f.path, err))
 			continue
 		}
 		converted++
-		copied += n.Size
-		fmt.Fprintf(w, "done  %s (%d of %d files)\n", f.path, i+1, len(files))
+		kept := ""
+		if n.Inline {
+			inline++
+			kept = ", kept inline in the metadata: the layout for its growth"
+		} else {
+			copied += n.Size
+		}
+		fmt.Fprintf(w, "done  %s (%d of %d files%s)\n", f.path, i+1, len(files), kept)
 	}
-	fmt.Fprintf(w, "\nconverted %d files (%s) in %s; %d already in that layout or inline\n", converted, humanBytes(copied),
-		time.Since(start).Round(time.Millisecond), skipped)
+	fmt.Fprintf(w, "\nconverted %d files (%s copied, %d kept inline) in %s; %d already in that layout\n", converted, humanBytes(copied),
+		inline, time.Since(start).Round(time.Millisecond), skipped)
 	return errors.Join(errs...)
 }
 

@@ -49,9 +49,13 @@ func (c *Client) convertOnce(ino uint64, want proto.Stripe, progress func(done, 
 	commit := proto.ConvertCommitReq{Ino: ino, Session: c.session, Token: b.Token, Version: old.Version,
 		Stripe: b.Stripe, Chains: b.Chains}
 	var err error
-	if to.Stripe.EC.On() {
+	switch {
+	case old.Inline:
+		// Its bytes are in the metadata: only the layout it takes when
+		// it grows out of it changes.
+	case to.Stripe.EC.On():
 		commit.EC, err = c.copyToCoded(&old, &to, progress)
-	} else {
+	default:
 		err = c.copyToCopies(&old, &to, progress)
 	}
 	if err != nil {

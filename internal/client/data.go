@@ -109,6 +109,15 @@ func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool
 // readPieces fills buf from the file's chunks; missing chunks and ranges
 // past a chunk's end are holes and read as zeros.
 func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
+	err := c.readPiecesOf(in, off, buf)
+	if errnoOf(err) == proto.ErrLayoutChanged {
+		return c.readConverted(in, off, buf)
+	}
+	return err
+}
+
+// readPiecesOf is readPieces with in's layout only.
+func (c *Client) readPiecesOf(in *proto.Inode, off uint64, buf []byte) error {
 	if err := c.checkLayout(in); err != nil {
 		return err
 	}

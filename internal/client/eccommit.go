@@ -41,7 +41,7 @@ func (c *Client) commitECLocked(st *fileState, sync bool) error {
 	if err != nil {
 		return err
 	}
-	es := st.ec
+	es := st.ec.Load()
 	es.mu.Lock()
 	images := slices.Clone(es.order)
 	es.mu.Unlock()
@@ -93,7 +93,7 @@ func (c *Client) commitECLocked(st *fileState, sync bool) error {
 // sync), the sync waits for them, as a write does, and fails with EIO
 // only past the mount's give-up time.
 func (c *Client) syncECShards(st *fileState, k int) error {
-	es := st.ec
+	es := st.ec.Load()
 	es.mu.Lock()
 	written := es.written
 	es.written = map[chunkKey]struct{}{}
@@ -233,7 +233,7 @@ func (es *ecState) committed() {
 // this client's written ranges over it, under the same generation (its
 // chunks are this client's own until committed).
 func (c *Client) rebaseEC(st *fileState, l *ecLayout) error {
-	es := st.ec
+	es := st.ec.Load()
 	es.mu.Lock()
 	pending := make(map[uint64]ecPending, len(es.pending))
 	for s, p := range es.pending {
@@ -241,7 +241,7 @@ func (c *Client) rebaseEC(st *fileState, l *ecLayout) error {
 	}
 	es.mu.Unlock()
 	for s, p := range pending {
-		ss, err := c.ecStripesWindow(st.ino, s, 1)
+		ss, err := c.ecStripesWindow(&st.inode, s, 1) // st.mu held
 		if err != nil {
 			return err
 		}
@@ -275,10 +275,10 @@ func (c *Client) rebaseEC(st *fileState, l *ecLayout) error {
 // its first stripe, syncs its shards, and moves the file out of the
 // metadata with the stripe recorded in the same command. st.mu is held.
 func (c *Client) uninlineEC(st *fileState, n *proto.Inode) (*proto.Inode, error) {
-	if st.ec == nil { // a file not open here (a truncate's)
-		st.ec = newECState()
+	if st.ec.Load() == nil { // a file not open here (a truncate's)
+		st.ec.Store(newECState())
 	}
-	es := st.ec
+	es := st.ec.Load()
 	es.commitMu.Lock()
 	defer es.commitMu.Unlock()
 	r := proto.UninlineReq{Ino: st.ino, Session: c.session}

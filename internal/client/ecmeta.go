@@ -21,10 +21,20 @@ func (c *Client) ECGen(ino uint64) (uint32, error) {
 // stripe from on, every one of them (in calls of at most
 // proto.MaxECStripesList).
 func (c *Client) ECStripes(ino, from uint64) ([]proto.ECStripe, error) {
+	return c.listECStripes(proto.ECStripesReq{Ino: ino, From: from})
+}
+
+// ecStripesOf is ECStripes of file in as its layout stands in in: a file
+// converted since fails with proto.ErrLayoutChanged.
+func (c *Client) ecStripesOf(in *proto.Inode, from uint64) ([]proto.ECStripe, error) {
+	return c.listECStripes(proto.ECStripesReq{Ino: in.Ino, From: from, Stripe: in.Stripe})
+}
+
+func (c *Client) listECStripes(r proto.ECStripesReq) ([]proto.ECStripe, error) {
 	var out []proto.ECStripe
+	r.Count = proto.MaxECStripesList
 	for {
 		var reply proto.ECStripesReply
-		r := proto.ECStripesReq{Ino: ino, From: from, Count: proto.MaxECStripesList}
 		if err := c.metaCall(proto.OpECStripes, r.Encode, decodeInto(&reply)); err != nil {
 			return nil, err
 		}
@@ -32,7 +42,7 @@ func (c *Client) ECStripes(ino, from uint64) ([]proto.ECStripe, error) {
 		if !reply.More || len(reply.Stripes) == 0 {
 			return out, nil
 		}
-		from = reply.Stripes[len(reply.Stripes)-1].Stripe + 1
+		r.From = reply.Stripes[len(reply.Stripes)-1].Stripe + 1
 	}
 }
 

@@ -245,7 +245,7 @@ func (c *Client) readEC(in *proto.Inode, off uint64, buf []byte) error {
 func (c *Client) readStripe(st *fileState, in *proto.Inode, l *ecLayout, s, off uint64, dst []byte) error {
 	var es *ecState
 	if st != nil {
-		es = st.ec
+		es = st.ec.Load()
 	}
 	deadline := time.Now().Add(c.cfg.GiveUp)
 	for {
@@ -301,7 +301,7 @@ func (c *Client) stripeVersion(es *ecState, in *proto.Inode, s, off uint64, dst 
 		}
 		return v, found, err
 	}
-	ss, err := c.ecStripesWindow(in.Ino, s, 1)
+	ss, err := c.ecStripesWindow(in, s, 1)
 	if err != nil || len(ss) == 0 {
 		clear(dst)
 		return proto.ECStripe{}, false, err
@@ -309,10 +309,12 @@ func (c *Client) stripeVersion(es *ecState, in *proto.Inode, s, off uint64, dst 
 	return ss[0], true, nil
 }
 
-// ecStripesWindow lists the recorded stripes of ino in [from, from+count).
-func (c *Client) ecStripesWindow(ino, from uint64, count uint32) ([]proto.ECStripe, error) {
+// ecStripesWindow lists the recorded stripes of file in in [from,
+// from+count): proto.ErrLayoutChanged if in's layout is no longer the
+// file's.
+func (c *Client) ecStripesWindow(in *proto.Inode, from uint64, count uint32) ([]proto.ECStripe, error) {
 	var reply proto.ECStripesReply
-	r := proto.ECStripesReq{Ino: ino, From: from, Count: count}
+	r := proto.ECStripesReq{Ino: in.Ino, From: from, Count: count, Stripe: in.Stripe}
 	if err := c.metaCall(proto.OpECStripes, r.Encode, decodeInto(&reply)); err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (c *Client) RepairEC(ino uint64, verify bool) (ECRepairStats, error) {
 	if err != nil {
 		return stats, err
 	}
-	stripes, err := c.ECStripes(ino, 0)
+	stripes, err := c.ecStripesOf(in, 0)
 	if err != nil {
 		return stats, err
 	}
@@ -89,7 +89,7 @@ func (c *Client) RepairECStripes(ino uint64, stripes []uint64) (ECRepairStats, e
 		sizes[j] = c.shardChunkSizes(l, j)
 	}
 	err = inParallel(len(stripes), &stats, func(i int, stats *ECRepairStats) error {
-		vs, err := c.ecStripesWindow(ino, stripes[i], 1)
+		vs, err := c.ecStripesWindow(in, stripes[i], 1)
 		if err != nil || len(vs) == 0 {
 			return err // none: cut by a truncate meanwhile
 		}

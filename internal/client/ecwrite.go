@@ -111,7 +111,7 @@ func (es *ecState) recordedStripe(c *Client, in *proto.Inode, s uint64) (proto.E
 		return v, ok, nil
 	}
 	es.mu.Unlock()
-	ss, err := c.ecStripesWindow(in.Ino, w*ecWindow, ecWindow)
+	ss, err := c.ecStripesWindow(in, w*ecWindow, ecWindow)
 	if err != nil {
 		return proto.ECStripe{}, false, err
 	}
@@ -146,7 +146,7 @@ func (c *Client) writeEC(st *fileState, in *proto.Inode, off uint64, data []byte
 	if err != nil {
 		return err
 	}
-	es := st.ec
+	es := st.ec.Load()
 	stripeBytes := l.geo.StripeBytes()
 	var touched []uint64
 	for pos := uint64(0); pos < uint64(len(data)); {
@@ -184,7 +184,7 @@ func (c *Client) writeEC(st *fileState, in *proto.Inode, off uint64, data []byte
 // writeImage copies src into stripe s's image at a (from the stripe's
 // start), reading the stripe first if the write keeps some of its bytes.
 func (c *Client) writeImage(st *fileState, in *proto.Inode, l *ecLayout, s, a uint64, src []byte) error {
-	es := st.ec
+	es := st.ec.Load()
 	b := a + uint64(len(src))
 	es.mu.Lock()
 	for {
@@ -221,7 +221,7 @@ func (c *Client) writeImage(st *fileState, in *proto.Inode, l *ecLayout, s, a ui
 // client's version not yet committed, the recorded one, or zeros. Bytes
 // the write replaces whole are not read.
 func (c *Client) loadImage(st *fileState, in *proto.Inode, l *ecLayout, s, a, b uint64) (*ecImage, error) {
-	es := st.ec
+	es := st.ec.Load()
 	img := &ecImage{buf: make([]byte, l.geo.StripeBytes())}
 	es.mu.Lock()
 	p := es.pending[s]
@@ -252,7 +252,7 @@ func (c *Client) loadImage(st *fileState, in *proto.Inode, l *ecLayout, s, a, b 
 // file's ecMaxSending slots is free (the caller waits for it); an error
 // waits for the commit.
 func (c *Client) flushInBackground(st *fileState, l *ecLayout, s uint64) {
-	es := st.ec
+	es := st.ec.Load()
 	es.sending <- struct{}{}
 	go func() {
 		defer func() { <-es.sending }()
@@ -269,7 +269,7 @@ func (c *Client) flushInBackground(st *fileState, l *ecLayout, s uint64) {
 // flushStripe sends stripe s's image, if it has one, as a version under
 // this client's write generation.
 func (c *Client) flushStripe(st *fileState, l *ecLayout, s uint64) error {
-	es := st.ec
+	es := st.ec.Load()
 	es.commitMu.RLock()
 	defer es.commitMu.RUnlock()
 	es.mu.Lock()
@@ -303,7 +303,7 @@ func (c *Client) flushStripe(st *fileState, l *ecLayout, s uint64) error {
 // before it goes to its new target (and one moved after is known to the
 // metadata service as written to the old one; meta/ecevacuate.go).
 func (c *Client) writeGen(st *fileState) (uint32, []uint32, error) {
-	es := st.ec
+	es := st.ec.Load()
 	es.genMu.Lock()
 	defer es.genMu.Unlock()
 	es.mu.Lock()
@@ -353,7 +353,7 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 	if err != nil {
 		return err
 	}
-	es := st.ec
+	es := st.ec.Load()
 	es.mu.Lock()
 	defer es.mu.Unlock()
 	es.pending[s] = &ecPending{version: proto.ECStripe{Stripe: s, Gen: gen, Shards: wrote, Length: uint32(img.valid), Encoded: uint32(img.valid)},

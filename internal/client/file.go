@@ -64,8 +64,8 @@ type fileState struct {
 	writers int
 
 	// ec: an erasure-coded file's stripes this client writes (nil for a
-	// file that is copied). Set before the state is shared.
-	ec *ecState
+	// file that is copied). Replaced only by followLayout, with mu held.
+	ec atomic.Pointer[ecState]
 }
 
 type chunkKey struct {
@@ -112,17 +112,14 @@ func (c *Client) acquire(n *proto.Inode) *fileState {
 	if !ok {
 		st = &fileState{ino: n.Ino, written: map[chunkKey]struct{}{}}
 		if n.Stripe.EC.On() {
-			st.ec = newECState()
+			st.ec.Store(newECState())
 		}
 		st.inflight.init()
 		c.files[n.Ino] = st
 		c.opensChanged()
 	}
 	st.mu.Lock()
-	if (st.opens == 0 || !st.dirty) && n.Stripe.EC.On() == (st.ec != nil) {
-		// (A file converted between copies and erasure coding while
-		// open here keeps its old layout for this state, until its
-		// last close: st.ec is fixed once the state is shared.)
+	if (st.opens == 0 || !st.dirty) && st.followLayout(n) {
 		st.inode = *n
 		st.size = n.Size
 		st.mtime = n.Mtime
@@ -421,7 +418,7 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 	st.dirty = true
 	st.wrote += uint64(len(data))
 	st.mu.Unlock()
-	if h.sync || (coded && st.ec.needsCommit()) {
+	if h.sync || (coded && st.ec.Load().needsCommit()) {
 		// O_SYNC/O_DSYNC: the new size must be as durable as the data
 		// (the chunk was fsynced by its target already): one commit that
 		// syncs the metadata log.
@@ -684,14 +681,19 @@ func (c *Client) commitLocked(st *fileState, sync bool) error {
 	if !st.dirty {
 		return nil
 	}
-	if st.ec != nil && !st.inode.Inline {
+	if st.ec.Load() != nil && !st.inode.Inline {
 		return c.commitECLocked(st, sync)
 	}
 	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session,
 		Inline: st.pendingInline, Sync: sync}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
 	if errnoOf(err) == proto.ErrNotInline && len(r.Inline) > 0 {
-		if st.ec != nil {
+		// Another client moved the file to its targets; the buffered
+		// writes go there, as any writer's, announced (opens.go).
+		if err := c.announceWriting(st); err != nil {
+			return err
+		}
+		if st.ec.Load() != nil {
 			return c.commitMovedInlineEC(st, &r, sync)
 		}
 		n, err = c.commitMovedInline(st, &r)
@@ -769,7 +771,7 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 		if n.Inline && size > uint64(c.InlineLimit()) && !allZero(n.InlineData) {
 			tmp := &fileState{ino: ino, inode: n, written: map[chunkKey]struct{}{}}
 			if n.Stripe.EC.On() {
-				tmp.ec = newECState()
+				tmp.ec.Store(newECState())
 			}
 			if err := c.uninline(tmp); err != nil {
 				return err

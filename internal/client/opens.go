@@ -55,8 +55,8 @@ func (c *Client) announceWriting(st *fileState) error {
 		return err
 	}
 	if !sameLayout(&st.inode, n) {
-		if n.Stripe.EC.On() != st.inode.Stripe.EC.On() {
-			return rpc.Errorf(syscall.ESTALE, "file %d changed between copies and erasure coding since it was opened: open it again", st.ino)
+		if !st.followLayout(n) {
+			return rpc.Errorf(syscall.ESTALE, "file %d was converted to another layout while this client wrote it: open it again", st.ino)
 		}
 		st.inode.Stripe, st.inode.Chains = n.Stripe, n.Chains
 	}
@@ -67,4 +67,51 @@ func (c *Client) announceWriting(st *fileState) error {
 // sameLayout reports whether a and b place a file's bytes alike.
 func sameLayout(a, b *proto.Inode) bool {
 	return a.Stripe == b.Stripe && slices.Equal(a.Chains, b.Chains) && a.Inline == b.Inline
+}
+
+// followLayout readies the open state for n's layout where a conversion
+// changed the file's pattern since the state took it (st.mu held), and
+// reports whether the state may take n's layout: the caller then copies
+// it. A state that wrote to the file's targets keeps its own; it cannot
+// meet a conversion before its last close anyway, since it announced
+// itself a writer first and no file with a writer is converted. (Writes
+// buffered for a file kept inline are in pendingInline, not in ec.)
+func (st *fileState) followLayout(n *proto.Inode) bool {
+	if n.Stripe == st.inode.Stripe && n.Stripe.EC.On() == (st.ec.Load() != nil) {
+		return true // the same pattern: at most a shard moved
+	}
+	if st.announced {
+		return false
+	}
+	if n.Stripe.EC.On() {
+		st.ec.Store(newECState()) // no stripe of the old pattern's
+	} else {
+		st.ec.Store(nil)
+	}
+	return true
+}
+
+// readConverted reads buf at off of a file whose pattern a conversion
+// changed after in was taken (a reader that opened it before): with the
+// file's present layout, which its open state here takes too.
+func (c *Client) readConverted(in *proto.Inode, off uint64, buf []byte) error {
+	var err error
+	for attempt := 0; attempt < 3 && (attempt == 0 || errnoOf(err) == proto.ErrLayoutChanged); attempt++ {
+		var n proto.Inode
+		r := proto.InoReq{Ino: in.Ino}
+		if err := c.metaCall(proto.OpGetAttr, r.Encode, decodeInode(&n)); err != nil {
+			return err
+		}
+		if st := c.lookupState(in.Ino); st != nil {
+			st.mu.Lock()
+			if st.followLayout(&n) {
+				st.inode.Stripe, st.inode.Chains = n.Stripe, n.Chains
+			}
+			st.mu.Unlock()
+		}
+		now := *in
+		now.Stripe, now.Chains = n.Stripe, n.Chains
+		err = c.readPiecesOf(&now, off, buf)
+	}
+	return err
 }

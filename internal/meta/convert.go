@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -57,6 +58,36 @@ func unmarshalLayoutGarbage(key, v []byte) (garbage, bool) {
 type conversions struct {
 	mu    sync.Mutex
 	byIno map[uint64]*conversion
+
+	// replacedSeen is when this leader first saw each replaced layout's
+	// garbage (by key): it is not deleted before layoutGarbageGrace has
+	// passed since, so that a client that opened the file just before
+	// the swap has reported it open (guarded by mu).
+	replacedSeen map[string]time.Time
+}
+
+// layoutGarbageGrace: a client reports a file it opened with its next
+// watch request (within a watch round), and all its open files every
+// proto.OpensReportMs; twice that covers both.
+const layoutGarbageGrace = 2 * proto.OpensReportMs * time.Millisecond
+
+// replacedAge is how long ago this leader first saw replaced layout key.
+func (c *conversions) replacedAge(key []byte) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first, ok := c.replacedSeen[string(key)]
+	if !ok {
+		c.replacedSeen[string(key)] = time.Now()
+		return 0
+	}
+	return time.Since(first)
+}
+
+// forgetReplaced drops key from replacedSeen once its garbage goes.
+func (c *conversions) forgetReplaced(key []byte) {
+	c.mu.Lock()
+	delete(c.replacedSeen, string(key))
+	c.mu.Unlock()
 }
 
 type conversion struct {
@@ -64,7 +95,9 @@ type conversion struct {
 	aborted bool
 }
 
-func newConversions() *conversions { return &conversions{byIno: map[uint64]*conversion{}} }
+func newConversions() *conversions {
+	return &conversions{byIno: map[uint64]*conversion{}, replacedSeen: map[string]time.Time{}}
+}
 
 // abort aborts a conversion of ino in progress (mu held).
 func (c *conversions) abortLocked(ino uint64) {
@@ -108,11 +141,8 @@ func (s *Service) convertBegin(r *proto.ConvertBeginReq, out *wire.Enc) error {
 // newLayout is the pattern and chains file n gets in the conversion to
 // want, or why it cannot be converted.
 func (s *Service) newLayout(n *inodeRec, want proto.Stripe) (proto.Stripe, []uint32, error) {
-	switch {
-	case !n.isReg():
+	if !n.isReg() {
 		return want, nil, rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", n.Ino)
-	case n.Inline:
-		return want, nil, rpc.Errorf(syscall.EINVAL, "file %d is %d bytes, kept inline in the metadata: it has no layout to convert", n.Ino, n.Size)
 	}
 	if want.ChunkSize == 0 {
 		want.ChunkSize = n.Stripe.ChunkSize
@@ -168,8 +198,8 @@ func (t *tx) convertSwap(r *proto.ConvertCommitReq, out *wire.Enc) error {
 	if err != nil {
 		return err
 	}
-	if !n.isReg() || n.Inline {
-		return rpc.Errorf(syscall.EINVAL, "file %d is not a regular file on targets", r.Ino)
+	if !n.isReg() {
+		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
 	if n.Version != r.Version {
 		return rpc.Errorf(proto.ErrConvertAborted, "file %d changed during its conversion", r.Ino)
@@ -177,8 +207,15 @@ func (t *tx) convertSwap(r *proto.ConvertCommitReq, out *wire.Enc) error {
 	if err := t.validLayout(r); err != nil {
 		return err
 	}
-	if err := t.retireLayout(n, newGens(r.EC)); err != nil {
-		return err
+	if n.Inline && len(r.EC) > 0 {
+		return rpc.Errorf(syscall.EINVAL, "file %d is kept inline: it has no stripes to record", r.Ino)
+	}
+	// A file kept inline has never had bytes on targets: only the layout
+	// it takes when it grows out of the metadata changes.
+	if !n.Inline {
+		if err := t.retireLayout(n, newGens(r.EC)); err != nil {
+			return err
+		}
 	}
 	n.Stripe, n.Chains = r.Stripe, r.Chains
 	for i := range r.EC {
@@ -295,9 +332,13 @@ func (s *Service) collectReplacedLayouts(max int) {
 		if !valid {
 			return garbageRecord{}, false
 		}
+		if s.convs.replacedAge(k) < layoutGarbageGrace {
+			return garbageRecord{}, false // a reader may not have reported its open yet
+		}
 		if w, rd, judged := s.fileHolders(g.ino); !judged || len(w)+len(rd) > 0 {
 			return garbageRecord{}, false // a reader may still read the old layout
 		}
+		s.convs.forgetReplaced(k)
 		ino, version := g.ino, decodeU64(k[9:])
 		return garbageRecord{g, func(e *wire.Enc) { e.U64(ino); e.U64(version) }}, true
 	})

@@ -262,6 +262,9 @@ func (s *Service) ecStripes(r *proto.ECStripesReq, out *wire.Enc) error {
 	if err != nil {
 		return err
 	}
+	if r.Stripe != (proto.Stripe{}) && n.isReg() && n.Stripe != r.Stripe {
+		return rpc.Errorf(proto.ErrLayoutChanged, "file %d was converted to another layout since the caller read it", r.Ino)
+	}
 	if !n.isReg() || !n.Stripe.EC.On() {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not an erasure-coded file", r.Ino)
 	}

@@ -74,15 +74,39 @@ const MaxECUpdates = 4096
 func ECChunkIndex(gen uint32, stripe uint64) uint64 { return uint64(gen)<<32 | stripe }
 
 // ECStripesReq lists the recorded stripes of file Ino from stripe From,
-// at most Count of them.
+// at most Count of them. A caller that reads or repairs the stripes with
+// a layout it holds names its pattern (Stripe, as the inode had it): if
+// the file has another pattern now (a conversion swapped its layout; a
+// conversion always changes the pattern), the reply is ErrLayoutChanged,
+// not versions of the other layout, which the caller would read with the
+// wrong geometry. A shard moved off a retired target changes the chains,
+// not the pattern: the old chains still read (the moved shard is left
+// out of every version). A zero Stripe is not checked.
 type ECStripesReq struct {
-	Ino   uint64
-	From  uint64
-	Count uint32
+	Ino    uint64
+	From   uint64
+	Count  uint32
+	Stripe Stripe
 }
 
-func (r *ECStripesReq) Encode(e *wire.Enc) { e.U64(r.Ino); e.U64(r.From); e.U32(r.Count) }
-func (r *ECStripesReq) Decode(d *wire.Dec) { r.Ino, r.From, r.Count = d.U64(), d.U64(), d.U32() }
+func (r *ECStripesReq) Encode(e *wire.Enc) {
+	e.U64(r.Ino)
+	e.U64(r.From)
+	e.U32(r.Count)
+	r.Stripe.Encode(e)
+	r.Stripe.EC.Encode(e)
+}
+
+func (r *ECStripesReq) Decode(d *wire.Dec) {
+	r.Ino, r.From, r.Count = d.U64(), d.U64(), d.U32()
+	r.Stripe.Decode(d)
+	r.Stripe.EC.Decode(d)
+}
+
+// ErrLayoutChanged answers a call made with a layout of a file that it no
+// longer has (ECStripesReq): the caller fetches the inode and goes on in
+// its present layout.
+const ErrLayoutChanged = syscall.EREMCHG
 
 // MaxECStripesList bounds one ECStripesReply.
 const MaxECStripesList = 4096
