@@ -1051,3 +1051,35 @@ func fileLayout(t *testing.T, path string) fuse.Layout {
 	}
 	return l
 }
+
+// A sparse file keeps its holes through conversions: stripes and chunks
+// that hold only zeros are not written (they read as zeros all the same),
+// so a 64 MiB file with 1 MiB of data costs about 1 MiB of it.
+func TestAConvertedSparseFileKeepsItsHoles(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(6, 1), testcluster.WithSessionTimeout(3*time.Second))
+	dir := patternedDir(t, c, "data", "--replicas", "2", "--chunk-size", "64K")
+	m := &ecModel{path: filepath.Join(dir, "sparse")}
+	f, err := os.Create(m.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeAt(t, f, 10<<20+5, seededBytes(rand.New(rand.NewPCG(11, 12)), 1<<20))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.truncate(t, 64<<20)
+	time.Sleep(3 * time.Second) // the leader judges open files from now
+
+	for _, step := range []struct {
+		flags   []string
+		perByte float64
+	}{{[]string{"--ec", "4+2"}, 1.5}, {[]string{"--replicas", "2"}, 2}} {
+		args := append([]string{"ec", "convert", "--data", c.Dir()}, step.flags...)
+		if out, err := runTandem(t, append(args, m.path)...); err != nil {
+			t.Fatalf("ec convert %v: %v\n%s", step.flags, err, out)
+		}
+		m.checkDirect(t)
+		// 1 MiB of data, and the stripes or chunks it touches.
+		waitOldLayoutDeleted(t, c, int64(step.perByte*(1<<20+2*256<<10)))
+	}
+}

@@ -90,6 +90,9 @@ func (c *Client) copyToCoded(old, to *proto.Inode, progress func(done, size uint
 		if err := c.readPieces(old, s*stripeBytes, data); err != nil {
 			return nil, err
 		}
+		if allZero(data) {
+			continue // a hole stays one: no version, and it reads as zeros
+		}
 		shards := make([][]byte, l.geo.Shards())
 		for j := 0; j < l.geo.Data; j++ {
 			start := uint64(j) * l.geo.Cell
@@ -143,12 +146,17 @@ func (c *Client) copyToCopies(old, to *proto.Inode, progress func(done, size uin
 		if err := c.readPieces(old, off, data); err != nil {
 			return err
 		}
-		if err := c.writePieces(to, off, data, false); err != nil {
-			return err
-		}
+		// Chunks of zeros are not written: a missing chunk is a hole.
+		var pieces []piece
 		written := map[chunkKey]struct{}{}
 		for _, p := range splitRange(to, off, uint64(len(data))) {
-			written[chunkKey{p.chain, p.index}] = struct{}{}
+			if !allZero(data[p.pos : p.pos+uint64(p.n)]) {
+				pieces = append(pieces, p)
+				written[chunkKey{p.chain, p.index}] = struct{}{}
+			}
+		}
+		if err := c.writePieceList(to, pieces, data, false); err != nil {
+			return err
 		}
 		if err := c.syncChunks(old.Ino, written); err != nil {
 			return err

@@ -92,10 +92,16 @@ func (c *Client) storageCall(chain uint32, call func(ctx context.Context, rt pro
 }
 
 func (c *Client) writePieces(in *proto.Inode, off uint64, data []byte, sync bool) error {
+	return c.writePieceList(in, splitRange(in, off, uint64(len(data))), data, sync)
+}
+
+// writePieceList writes pieces (of data, split from its offset) to their
+// chunks.
+func (c *Client) writePieceList(in *proto.Inode, pieces []piece, data []byte, sync bool) error {
 	if err := c.checkLayout(in); err != nil {
 		return err
 	}
-	return parallel(splitRange(in, off, uint64(len(data))), func(p piece) error {
+	return parallel(pieces, func(p piece) error {
 		return c.storageCall(p.chain, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkWriteReq{
 				Chunk: proto.ChunkRef{Routing: rt, Ino: in.Ino, Index: p.index},

@@ -63,7 +63,7 @@ func (c *Client) commitECLocked(st *fileState, sync bool) error {
 			return err
 		}
 		r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote,
-			Inline: st.pendingInline, Sync: sync, EC: es.updates()}
+			Inline: st.pendingInline, Sync: sync, EC: es.updates(), WroteTargets: st.announced, WroteEC: st.inode.Stripe.EC}
 		n, err := c.CommitEC(&r)
 		if errnoOf(err) == proto.ErrStripeChanged && attempt < ecMaxRebases {
 			if err := c.rebaseEC(st, l); err != nil {

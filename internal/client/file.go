@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -685,7 +686,7 @@ func (c *Client) commitLocked(st *fileState, sync bool) error {
 		return c.commitECLocked(st, sync)
 	}
 	r := proto.CommitWriteReq{Ino: st.ino, Size: st.size, Mtime: st.mtime, Written: st.wrote, Session: c.session,
-		Inline: st.pendingInline, Sync: sync}
+		Inline: st.pendingInline, Sync: sync, WroteTargets: st.announced, WroteEC: st.inode.Stripe.EC}
 	n, err := c.inodeCall(proto.OpCommitWrite, r.Encode)
 	if errnoOf(err) == proto.ErrNotInline && len(r.Inline) > 0 {
 		// Another client moved the file to its targets; the buffered
@@ -794,13 +795,18 @@ func (c *Client) truncateData(ino uint64, size uint64) error {
 }
 
 func allZero(b []byte) bool {
-	for _, x := range b {
-		if x != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }
+
+// zeroBlock is what allZero compares with (bytes.Equal is vectorised).
+var zeroBlock = make([]byte, 64<<10)
 
 func errIO(format string, args ...any) error { return rpc.Errorf(syscall.EIO, format, args...) }
 

@@ -281,3 +281,38 @@ func TestStripeCallsRefuseAFileThatIsNotErasureCoded(t *testing.T) {
 	_, err = c.ECGen(d.Ino)
 	wantErr(t, err, syscall.EINVAL, "not a regular file")
 }
+
+// Callers that name the pattern they hold are told when a conversion
+// changed it: a stripe listing for a reader of the old pattern, and the
+// commit of a writer that wrote the targets in the old pattern (one cut
+// off past the session timeout, which no longer held the conversion
+// back), fail with ErrLayoutChanged, and the commit changes nothing.
+func TestCallsMadeWithAConvertedFilesOldPatternAreRefused(t *testing.T) {
+	svc, c := setup(t)
+	f := ecFile(t, svc, c) // coded 2+1
+	now, err := c.GetAttr(f.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := now.Stripe
+	old.EC.Data, old.EC.Parity = 4, 2 // as if read before a conversion to 2+1
+
+	raw := rpc.NewClient(svc.Addr(), testSecret)
+	defer raw.Close()
+	r := proto.ECStripesReq{Ino: f.Ino, Count: 10, Stripe: old}
+	err = raw.Call(proto.OpECStripes, r.Encode, nil)
+	wantErr(t, err, proto.ErrLayoutChanged, "converted")
+	r.Stripe = now.Stripe
+	if err := raw.Call(proto.OpECStripes, r.Encode, nil); err != nil {
+		t.Fatalf("a listing with the file's own pattern: %v", err)
+	}
+
+	_, err = c.CommitEC(&proto.CommitWriteReq{Ino: f.Ino, Size: 1 << 20, Written: 1 << 20, WroteTargets: true})
+	wantErr(t, err, proto.ErrLayoutChanged, "writes since its last commit are lost")
+	if n, _ := c.GetAttr(f.Ino); n.Size != 0 {
+		t.Fatalf("a refused commit changed the size to %d", n.Size)
+	}
+	if _, err := c.CommitEC(&proto.CommitWriteReq{Ino: f.Ino, Size: 10, WroteTargets: true, WroteEC: now.Stripe.EC}); err != nil {
+		t.Fatalf("a commit of a writer of the file's own pattern: %v", err)
+	}
+}

@@ -550,6 +550,9 @@ func (t *tx) commitWrite(r *proto.CommitWriteReq, out *wire.Enc) error {
 	if !n.isReg() {
 		return rpc.Errorf(syscall.EINVAL, "inode %d is not a regular file", r.Ino)
 	}
+	if r.WroteTargets && r.WroteEC != n.Stripe.EC {
+		return rpc.Errorf(proto.ErrLayoutChanged, "file %d was converted to another layout while this client, cut off from the metadata service past the session timeout, wrote to the old one: its writes since its last commit are lost", r.Ino)
+	}
 	before := n.UsedBytes()
 	for _, w := range r.Inline {
 		if err := t.applyInline(n, w.Off, w.Data); err != nil {

@@ -481,6 +481,14 @@ type CommitWriteReq struct {
 	// EC commits new versions of stripes of an erasure-coded file with
 	// the size, all or none of them (ec.go).
 	EC []ECStripeUpdate
+	// WroteTargets says the writer wrote the file's targets in the
+	// layout of erasure-coding pattern WroteEC (zero: copies). If a
+	// conversion gave the file another pattern since, the commit fails
+	// with ErrLayoutChanged: those writes went to the replaced layout.
+	// (A converted file has no writer; one cut off from the metadata
+	// service past the session timeout no longer counts as one.)
+	WroteTargets bool
+	WroteEC      ECPattern
 }
 
 // ErrNotInline is the errno of a write into an inline file that another
@@ -511,6 +519,8 @@ func (r *CommitWriteReq) Encode(e *wire.Enc) {
 	}
 	e.Bool(r.Sync)
 	encodeECUpdates(e, r.EC)
+	e.Bool(r.WroteTargets)
+	r.WroteEC.Encode(e)
 }
 
 func (r *CommitWriteReq) Decode(d *wire.Dec) {
@@ -537,6 +547,10 @@ func (r *CommitWriteReq) Decode(d *wire.Dec) {
 	}
 	if len(d.Rest()) > 0 {
 		r.EC = decodeECUpdates(d)
+	}
+	if len(d.Rest()) > 0 {
+		r.WroteTargets = d.Bool()
+		r.WroteEC.Decode(d)
 	}
 }
 
