@@ -83,6 +83,7 @@ func (c *Client) copyToCoded(old, to *proto.Inode, progress func(done, size uint
 	stripeBytes := l.geo.StripeBytes()
 	buf := make([]byte, stripeBytes)
 	var versions []proto.ECStripe
+	at := map[uint64]int{} // stripe → its place in versions (holes have none)
 	written := map[uint32][]uint64{}
 	for s := uint64(0); s*stripeBytes < old.Size; s++ {
 		valid := min(stripeBytes, old.Size-s*stripeBytes)
@@ -113,6 +114,7 @@ func (c *Client) copyToCoded(old, to *proto.Inode, progress func(done, size uint
 				written[l.chains[j]] = append(written[l.chains[j]], index)
 			}
 		}
+		at[s] = len(versions)
 		versions = append(versions, proto.ECStripe{Stripe: s, Gen: gen, Shards: wrote, Length: uint32(valid), Encoded: uint32(valid)})
 		if progress != nil {
 			progress(s*stripeBytes+valid, old.Size)
@@ -121,12 +123,7 @@ func (c *Client) copyToCoded(old, to *proto.Inode, progress func(done, size uint
 	failedChains, failed := c.syncShardChains(old.Ino, keysOf(written), written)
 	for _, ch := range failedChains {
 		for _, index := range written[ch] {
-			v := &versions[index&0xffffffff]
-			for j, cj := range l.chains {
-				if cj == ch {
-					v.Shards &^= 1 << j
-				}
-			}
+			versions[at[index&0xffffffff]].Shards &^= shardMask(l.chains, ch)
 		}
 	}
 	for _, v := range versions {

@@ -172,11 +172,7 @@ func (es *ecState) readableWithout(chains []uint32, byChain map[uint32][]uint64,
 			if p == nil || uint64(p.version.Gen) != index>>32 {
 				continue
 			}
-			for j, c := range es.chains {
-				if c == ch {
-					left[index&0xffffffff] &^= 1 << j
-				}
-			}
+			left[index&0xffffffff] &^= shardMask(es.chains, ch)
 		}
 	}
 	for _, shards := range left {
@@ -198,11 +194,19 @@ func (es *ecState) dropShard(chain uint32, index uint64) {
 	if p == nil || uint64(p.version.Gen) != index>>32 {
 		return
 	}
-	for j, ch := range es.chains {
-		if ch == chain {
-			p.version.Shards &^= 1 << j
+	p.version.Shards &^= shardMask(es.chains, chain)
+}
+
+// shardMask is the shard bits of a stripe version that layout chains
+// puts on chain.
+func shardMask(chains []uint32, chain uint32) uint32 {
+	var m uint32
+	for j, c := range chains {
+		if c == chain {
+			m |= 1 << j
 		}
 	}
+	return m
 }
 
 // updates lists the stripes waiting for a commit.
