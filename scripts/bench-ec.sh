@@ -43,7 +43,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-TANDEM_PPROF=127.0.0.1:0 "$BIN" up --data "$DATA/data" --mount "$DATA/mnt" --servers 10 --targets-per-server 1 \
+TANDEM_PPROF=127.0.0.1:0 TANDEM_METRICS=127.0.0.1:0 "$BIN" up --data "$DATA/data" --mount "$DATA/mnt" --servers 10 --targets-per-server 1 \
     --ec-rebuild-after 5s >>"$RUNLOG" 2>&1 || { log "tandem up failed"; exit 1; }
 M=$DATA/mnt
 mkdir -p "$M/ec42" "$M/ec82" "$M/two" "$DATA/local"
@@ -52,8 +52,15 @@ dir_of() { case $1 in local) echo "$DATA/local" ;; *) echo "$M/$1" ;; esac; }
 rate() { python3 -c "print(round(1073.741824/($2-$1),1))"; }
 stored() { du -sb "$DATA/data/storage" | cut -f1; }
 
+# Each round starts with another system, and each write with nothing
+# dirty in the page cache: a system written right after another finds the
+# disk still busy with that one's writeback (the first rounds always wrote
+# two copies second and the coded files last).
+SYSTEMS=(local two ec42 ec82)
+rotated() { for i in 0 1 2 3; do echo "${SYSTEMS[$(( (i + $1) % 4 ))]}"; done; }
 for round in $(seq 1 "$ROUNDS"); do
-    for sys in local two ec42 ec82; do
+    for sys in $(rotated "$round"); do
+        sync; sleep 2
         before=$(stored)
         s=$(date +%s.%N)
         dd if="$SRC" of="$(dir_of $sys)/g$round" bs=1M conv=fsync status=none || { log "$sys: write failed"; exit 1; }
@@ -65,13 +72,25 @@ for round in $(seq 1 "$ROUNDS"); do
         fi
     done
     sync; echo 3 > /proc/sys/vm/drop_caches
-    for sys in local two ec42 ec82; do
+    for sys in $(rotated "$round"); do
         s=$(date +%s.%N)
         dd if="$(dir_of $sys)/g$round" of=/dev/null bs=1M status=none || { log "$sys: read failed"; exit 1; }
         e=$(date +%s.%N)
         record seq-read-1M "$sys" "$(rate "$s" "$e")" MB/s
     done
 done
+
+# How often the coded reads above were hedged (a shard slower than four
+# times the recent shard reads raced by a rebuild) or degraded: each
+# coded read is about 1024 pieces of 1 MiB cells.
+MX=$(grep -o 'metrics on http://[0-9.:]*/metrics' "$DATA/data/logs/mount.log" | head -1 | sed 's|metrics on ||')
+counter() { curl -s "$MX" | awk -v n="$1" '$1 == n { print $2 }'; }
+if [ -n "$MX" ]; then
+    pieces=$((2 * ROUNDS * 1024))
+    record hedged-reads ec "$(counter tandem_client_ec_hedged_reads_total)" "of about $pieces pieces read"
+    record hedge-wins ec "$(counter tandem_client_ec_hedge_wins_total)" "hedged reads the rebuild answered first"
+    record degraded-pieces ec "$(counter tandem_client_ec_degraded_reads_total)" "pieces rebuilt (hedges included)"
+fi
 
 # The mount's CPU in Reed-Solomon coding, during a 4+2 write and read.
 PP=$(grep -o 'pprof on http://[0-9.:]*' "$DATA/data/logs/mount.log" | head -1 | sed 's|pprof on ||')
@@ -125,7 +144,16 @@ print("|---|---|---|---|---|")
 for t in ["seq-write-1M", "seq-read-1M", "bytes-per-byte"]:
     print(f"| {t} | {v(t,'local')} | {v(t,'two')} | {v(t,'ec42')} | {v(t,'ec82')} |")
 print()
-for t, s in [("degraded-read-1M", "ec42"), ("rebuild-rate", "ec"), ("reed-solomon-cpu-share", "ec42")]:
+print("Round by round, against two copies:")
+print()
+for t in ["seq-write-1M", "seq-read-1M"]:
+    two = by.get((t, "two"), [])
+    for s in ["ec42", "ec82"]:
+        ratios = [f"{e / c:.2f}x" for e, c in zip(by.get((t, s), []), two)]
+        print(f"- {t} {s}: {', '.join(ratios)}")
+print()
+for t, s in [("degraded-read-1M", "ec42"), ("rebuild-rate", "ec"), ("reed-solomon-cpu-share", "ec42"),
+             ("hedged-reads", "ec"), ("hedge-wins", "ec"), ("degraded-pieces", "ec")]:
     r = [x for x in rows if x["test"] == t]
     if r:
         print(f"- {t} ({s}): {r[0]['value']:g} {r[0]['unit']}")

@@ -112,10 +112,7 @@ func (c *Client) acquire(n *proto.Inode) *fileState {
 	st, ok := c.files[n.Ino]
 	if !ok {
 		st = &fileState{ino: n.Ino, written: map[chunkKey]struct{}{}}
-		if n.Stripe.EC.On() {
-			st.ec.Store(newECState())
-		}
-		st.inflight.init()
+		st.inflight.init() // and followLayout below gives a coded file its ec
 		c.files[n.Ino] = st
 		c.opensChanged()
 	}
