@@ -1083,3 +1083,26 @@ func TestAConvertedSparseFileKeepsItsHoles(t *testing.T) {
 		waitOldLayoutDeleted(t, c, int64(step.perByte*(1<<20+2*256<<10)))
 	}
 }
+
+// 8+3, three parity shards: eleven servers, one shard of each stripe on
+// each, and files of every shape read back identical with any three of
+// them gone.
+func TestEightPlusThreeFilesReadBackWithThreeServersGone(t *testing.T) {
+	c := testcluster.Start(t, testcluster.WithServers(11, 1), testcluster.WithMountFlags("--give-up", "6s"))
+	dir := patternedDir(t, c, "ec", "--ec", "8+3", "--chunk-size", "64K")
+	files := ecFiles(t, rand.New(rand.NewPCG(83, 83)), dir, 8*64<<10)
+	l := fileLayout(t, filepath.Join(dir, "stripes-and-tail"))
+	servers := map[uint32]bool{}
+	for _, sh := range l.EC.Shards {
+		servers[sh.Server] = true
+	}
+	if l.EC.Data != 8 || l.EC.Parity != 3 || len(l.EC.Shards) != 11 || len(servers) != 11 {
+		t.Fatalf("an 8+3 file's layout: %+v", l.EC)
+	}
+	for _, name := range []string{"storage3", "storage7", "storage11"} {
+		c.KillProcess(name)
+	}
+	for _, m := range files {
+		m.checkDirect(t)
+	}
+}

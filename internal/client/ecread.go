@@ -154,7 +154,7 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 // fails is rebuilt from the others; one that has not answered after
 // hedgeDelay is raced by a rebuild, and the first to finish gives the
 // bytes (a hedged read: a slow disk or a hung server costs a read that
-// delay, not ecShardTimeout).
+// delay, not ecShardTimeout). A shard the rebuild beat is suspect.
 func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	beaten := make(chan struct{})
 	primary := make(chan error, 1)
@@ -190,6 +190,10 @@ func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 		<-primary // ended: it writes into dst no more
 		copy(dst, rebuilt)
 		ecHedgeWins.Inc()
+		// K others answered first: the target is skipped for a while,
+		// as one that did not answer (a hung server would otherwise
+		// hold each write to it for ecShardTimeout).
+		c.unanswered.mark(l.chains[j])
 		return nil
 	}
 }
