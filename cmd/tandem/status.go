@@ -297,6 +297,67 @@ type statusJSON struct {
 	// ECScrub: the parity check of erasure-coded files (tandem scrub), if
 	// one ran since the leader took over.
 	ECScrub *ecScrubJSON `json:"ec_scrub,omitempty"`
+	// Caches are the flash caches in front of targets (tandem storage
+	// --cache), as their servers last reported them.
+	Caches []cacheJSON `json:"caches,omitempty"`
+}
+
+// cacheJSON is one target's flash cache.
+type cacheJSON struct {
+	Target   uint32  `json:"target"`
+	Path     string  `json:"path"`
+	Dir      string  `json:"dir"`
+	Mode     string  `json:"mode"`
+	Size     uint64  `json:"size_bytes"`
+	Used     uint64  `json:"used_bytes"`
+	Dirty    uint64  `json:"dirty_bytes"`
+	Files    uint64  `json:"files"`
+	Hits     uint64  `json:"hits"`
+	Misses   uint64  `json:"misses"`
+	HitRatio float64 `json:"hit_ratio"`
+	Promoted uint64  `json:"promoted"`
+	Evicted  uint64  `json:"evicted"`
+	Destaged uint64  `json:"destaged_bytes"`
+	Failed   string  `json:"failed,omitempty"`
+}
+
+func cachesJSON(rs []proto.CacheReport) []cacheJSON {
+	var out []cacheJSON
+	for _, r := range rs {
+		ratio := 0.0
+		if r.Hits+r.Misses > 0 {
+			ratio = float64(r.Hits) / float64(r.Hits+r.Misses)
+		}
+		out = append(out, cacheJSON{Target: r.Target, Path: r.Path, Dir: r.Dir, Mode: r.Mode, Size: r.Size, Used: r.Used,
+			Dirty: r.Dirty, Files: r.Files, Hits: r.Hits, Misses: r.Misses, HitRatio: ratio, Promoted: r.Promoted,
+			Evicted: r.Evicted, Destaged: r.Destaged, Failed: r.Failed})
+	}
+	return out
+}
+
+// printCaches shows one line per cached target, and a warning for a cache
+// device that was dropped.
+func printCaches(cs []cacheJSON) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CACHE\tTARGET\tMODE\tSIZE\tUSED\tDIRTY\tHIT RATIO\tPROMOTED\tEVICTED\tDIR")
+	for _, c := range cs {
+		state, mode := "serving", c.Mode
+		if c.Failed != "" {
+			state, mode = "FAILED", c.Mode+" (disk only)"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f%% of %d\t%d\t%d\t%s\n", state, c.Target, mode, humanBytes(c.Size),
+			humanBytes(c.Used), humanBytes(c.Dirty), 100*c.HitRatio, c.Hits+c.Misses, c.Promoted, c.Evicted, c.Dir)
+	}
+	w.Flush()
+	for _, c := range cs {
+		if c.Failed != "" {
+			fmt.Printf("warning: the cache of target %d failed and is not used (its target serves from the disk): %s\n", c.Target, c.Failed)
+		}
+	}
 }
 
 type ecScrubJSON struct {
@@ -496,6 +557,12 @@ func statusToJSON(st *proto.StatusReply, reps []replicaJSON) *statusJSON {
 			progressJSON: progressOf(r.Buckets, r.Bytes, time.UnixMilli(r.StartedMs), now)})
 	}
 	j.Scrubs = scrubsJSON(st.Scrubs, now)
+	j.Caches = cachesJSON(st.Caches)
+	for _, c := range j.Caches {
+		if c.Failed != "" {
+			j.Healthy = false // a cache device is gone (nothing is lost: its target writes through)
+		}
+	}
 	for _, s := range j.Scrubs {
 		if s.Unrepaired > 0 {
 			j.Healthy = false // stored data is damaged
@@ -629,6 +696,7 @@ func printStatus(j *statusJSON) {
 	w.Flush()
 	printChains(j)
 	printScrubs(j)
+	printCaches(j.Caches)
 	printQuotas(j)
 	printNFS(j.NFS)
 	if e := j.ECRepair; e != nil {

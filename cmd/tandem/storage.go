@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tandemfs/internal/flashcache"
+	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 	"tandemfs/internal/storage"
 )
@@ -21,7 +23,8 @@ func init() {
 	var (
 		listen, advertise, meta, secretFile, state string
 		metaPrivate, faultFile, scrubRate, rack    string
-		targets                                    []string
+		cacheSize, cacheMode                       string
+		targets, caches                            []string
 		heartbeat, scrubEvery                      time.Duration
 		resyncShare                                float64
 	)
@@ -80,8 +83,18 @@ it was registered with before.`,
 				}
 				fsys = ffs
 			}
+			set, err := openCaches(targets, caches, cacheSize, cacheMode, fsys, logger.Printf)
+			if err != nil {
+				return err
+			}
+			var reports func() []proto.CacheReport
+			if set != nil {
+				defer set.Close() // after the server: the caches are marked clean
+				fsys, reports = set, set.Reports
+			}
 			svc, err := storage.Start(storage.Config{
 				FS:                fsys,
+				CacheReports:      reports,
 				Listen:            listen,
 				AdvertiseAddr:     advertise,
 				MetaAddrs:         metas,
@@ -116,6 +129,9 @@ it was registered with before.`,
 	f.StringVar(&state, "state", "", "directory for the server's identity file (default: the first target)")
 	f.StringVar(&rack, "rack", "", "the rack (or room, or any failure domain above the server) this server is in: erasure-coded files with --failure-domain rack put one shard per rack")
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
+	f.StringArrayVar(&caches, "cache", nil, "a directory on a faster device (flash) to cache a target's chunks in: one per --target, in the same order")
+	f.StringVar(&cacheSize, "cache-size", "0", "bytes each --cache may hold (e.g. 200G; 0: nine tenths of the cache file system's size)")
+	f.StringVar(&cacheMode, "cache-mode", "writethrough", "how a --cache treats writes: writethrough (durable on the target's disk before acknowledged, copies kept for reads) or off")
 	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: only when asked, by tandem scrub)")
@@ -124,6 +140,54 @@ it was registered with before.`,
 	addPprofFlag(cmd)
 	addMetricsFlag(cmd)
 	rootCmd.AddCommand(cmd)
+}
+
+// openCaches opens a flash cache tier for each target (none without
+// --cache) over base, the targets' file system (nil: the real one).
+func openCaches(targets, caches []string, sizeText, modeText string, base storage.FS, logf func(string, ...any)) (*flashcache.Set, error) {
+	if len(caches) == 0 {
+		return nil, nil
+	}
+	if len(caches) != len(targets) {
+		return nil, &exitError{2, fmt.Errorf("storage: %d --cache for %d --target: give one cache directory per target, in the same order", len(caches), len(targets))}
+	}
+	mode, err := flashcache.ParseMode(modeText)
+	if err != nil {
+		return nil, &exitError{2, fmt.Errorf("storage: --cache-mode: %v", err)}
+	}
+	size, err := parseSize(sizeText)
+	if err != nil {
+		return nil, &exitError{2, fmt.Errorf("storage: --cache-size %q: %v", sizeText, err)}
+	}
+	if base == nil {
+		base = storage.OSFS{}
+	}
+	set := &flashcache.Set{Base: base}
+	for i, dir := range caches {
+		n := int64(size)
+		if n == 0 {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				set.Close()
+				return nil, fmt.Errorf("storage: --cache %s: %w", dir, err)
+			}
+			total, _, err := storage.OSFS{}.Statfs(dir)
+			if err != nil {
+				set.Close()
+				return nil, fmt.Errorf("storage: --cache %s: %w", dir, err)
+			}
+			n = int64(total / 10 * 9)
+		}
+		// A fault file's rules reach the cache device too (base is then
+		// the FaultFS): a rule naming the cache directory fails it.
+		tier, err := flashcache.Open(flashcache.Config{Target: targets[i], Dir: dir, Size: n, Mode: mode, Slow: base, Fast: base, Logf: logf})
+		if err != nil {
+			set.Close()
+			return nil, &exitError{2, fmt.Errorf("storage: --cache: %v", err)}
+		}
+		logf("storage: target %s cached in %s (%s, %s)", targets[i], dir, mode, humanBytes(uint64(n)))
+		set.Tiers = append(set.Tiers, tier)
+	}
+	return set, nil
 }
 
 // splitAddrs splits a comma-separated address list, dropping blanks.

@@ -93,6 +93,10 @@ running and brings back every file.`,
 	f.StringVar(&o.IoUring, "io-uring", "on", "the mount's --io-uring: on serves the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), turning the fuse module's enable_uring on (root); off keeps to /dev/fuse")
 	f.DurationVar(&o.FailureTimeout, "failure-timeout", 0, "fail over a storage server silent this long (default 3s)")
 	f.DurationVar(&o.ECRebuildAfter, "ec-rebuild-after", 0, "rebuild the erasure-coded shards of a storage server silent this long on other servers (default 10m)")
+	f.StringVar(&o.TargetRoot, "target-root", "", "put the storage targets under this directory (a disk of their own) instead of DIR/storage (new clusters only)")
+	f.StringVar(&o.Cache, "cache", "", "give every storage target a flash cache in this directory, on a faster device than the targets' (tandem storage --cache)")
+	f.StringVar(&o.CacheSize, "cache-size", "", "bytes each target's cache may hold (e.g. 20G; default: nine tenths of the cache file system)")
+	f.StringVar(&o.CacheMode, "cache-mode", "", "writethrough (default) or off: see tandem storage --cache-mode")
 	f.BoolVar(&cacheDirect, "cache-direct-io", false, "the mount's --cache-direct-io: its block cache answers O_DIRECT reads too")
 	rootCmd.AddCommand(up)
 

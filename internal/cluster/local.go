@@ -69,6 +69,14 @@ type Options struct {
 	ScrubEvery time.Duration
 	// StorageFlags are added to every storage server's command line.
 	StorageFlags []string
+	// TargetRoot, if set, holds the storage targets (a disk of their
+	// own) instead of DIR/storage: TargetRoot/storageN/targetM, for a new
+	// cluster.
+	TargetRoot string
+	// Cache, if set, gives every target a flash cache (tandem storage
+	// --cache) in Cache/storageN/targetM, of CacheSize bytes each (""
+	// or "0": the servers' default) in CacheMode ("": writethrough).
+	Cache, CacheSize, CacheMode string
 	// MountFlags are added to the mount's command line.
 	MountFlags []string
 	// NFS starts an NFS gateway of two heads (nfs.go); NFSExports are
@@ -77,6 +85,34 @@ type Options struct {
 	NFSExports []string
 	Progress   io.Writer // where to report progress (may be nil)
 	Timeout    time.Duration
+}
+
+// cacheArgs are the storage flags that give server s's targets their
+// flash caches (Options.Cache).
+func (o *Options) cacheArgs(s ServerLayout) []string {
+	if o.Cache == "" {
+		return nil
+	}
+	var args []string
+	for _, t := range s.Targets {
+		args = append(args, "--cache", filepath.Join(o.Cache, s.Name, filepath.Base(t)))
+	}
+	size := o.CacheSize
+	if size == "" || size == "0" {
+		// Nine tenths of the cache's file system, shared by every
+		// target of the cluster (each server would take it all).
+		var st syscall.Statfs_t
+		if os.MkdirAll(o.Cache, 0o755) == nil && syscall.Statfs(o.Cache, &st) == nil {
+			size = fmt.Sprint(st.Blocks * uint64(st.Bsize) / 10 * 9 / uint64(max(o.Servers*o.TargetsPerServer, 1)))
+		}
+	}
+	if size != "" {
+		args = append(args, "--cache-size", size)
+	}
+	if o.CacheMode != "" {
+		args = append(args, "--cache-mode", o.CacheMode)
+	}
+	return args
 }
 
 // Layout is the cluster's shape, stored as DIR/cluster.json on first start
@@ -256,7 +292,11 @@ func (o *Options) layout() (*Layout, error) {
 	for i := 0; i < o.Servers; i++ {
 		s := ServerLayout{Name: fmt.Sprintf("storage%d", i+1), Listen: ports[2*len(l.Metas)+i]}
 		for j := 0; j < o.TargetsPerServer; j++ {
-			s.Targets = append(s.Targets, filepath.Join(o.Dir, "storage", s.Name, fmt.Sprintf("target%d", j+1)))
+			root := filepath.Join(o.Dir, "storage")
+			if o.TargetRoot != "" {
+				root = o.TargetRoot
+			}
+			s.Targets = append(s.Targets, filepath.Join(root, s.Name, fmt.Sprintf("target%d", j+1)))
 		}
 		l.Servers = append(l.Servers, s)
 	}
@@ -395,6 +435,7 @@ func (o *Options) startStorage(l *Layout, secret rpc.Secret) error {
 		if o.FaultFiles {
 			args = append(args, "--fault-file", FaultFile(o.Dir, s.Name))
 		}
+		args = append(args, o.cacheArgs(s)...)
 		if o.ScrubEvery > 0 {
 			args = append(args, "--scrub-every", o.ScrubEvery.String())
 		}

@@ -397,6 +397,7 @@ func (s *Service) status(out *wire.Enc) error {
 		Sessions:      uint32(s.sessions.count(2 * time.Minute)),
 		Resyncs:       s.live.activeResyncs(3 * s.cfg.FailureTimeout),
 		Scrubs:        s.live.scrubReports(),
+		Caches:        s.live.cacheReports(),
 		PrivateSeenMs: s.live.privateSeen(),
 	}
 	r.Locks, r.LockedFiles = countLocks(s.fsm.db)

@@ -20,6 +20,7 @@ type liveness struct {
 	targets map[string]proto.TargetInfo      // by target UUID
 	resyncs map[uint32]resyncsSeen           // by the server running them
 	scrubs  map[uint32][]proto.ScrubProgress // by server, from its last heartbeat
+	caches  map[uint32][]proto.CacheReport   // likewise
 }
 
 // resyncsSeen are the resyncs a server reported in its last heartbeat.
@@ -32,7 +33,7 @@ func newLiveness() *liveness {
 	return &liveness{
 		public: map[uint32]time.Time{}, private: map[uint32]time.Time{},
 		targets: map[string]proto.TargetInfo{}, resyncs: map[uint32]resyncsSeen{},
-		scrubs: map[uint32][]proto.ScrubProgress{},
+		scrubs: map[uint32][]proto.ScrubProgress{}, caches: map[uint32][]proto.CacheReport{},
 	}
 }
 
@@ -52,6 +53,21 @@ func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
 	// drop out.
 	l.resyncs[r.ServerID] = resyncsSeen{r.Resyncs, now}
 	l.scrubs[r.ServerID] = r.Scrubs
+	if r.Network != proto.NetPrivate {
+		l.caches[r.ServerID] = r.Caches
+	}
+}
+
+// cacheReports are the flash cache reports of every server, from its
+// last heartbeat on the public network.
+func (l *liveness) cacheReports() []proto.CacheReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []proto.CacheReport
+	for _, id := range slices.Sorted(maps.Keys(l.caches)) {
+		out = append(out, l.caches[id]...)
+	}
+	return out
 }
 
 // scrubReports are the scrub reports of every server, from its last

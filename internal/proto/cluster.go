@@ -332,6 +332,7 @@ type HeartbeatReq struct {
 	Targets  []TargetInfo
 	Resyncs  []ResyncProgress
 	Scrubs   []ScrubProgress
+	Caches   []CacheReport
 }
 
 func (r *HeartbeatReq) Encode(e *wire.Enc) {
@@ -346,6 +347,7 @@ func (r *HeartbeatReq) Encode(e *wire.Enc) {
 		r.Resyncs[i].Encode(e)
 	}
 	encodeScrubs(e, r.Scrubs)
+	encodeCaches(e, r.Caches)
 }
 
 func (r *HeartbeatReq) Decode(d *wire.Dec) {
@@ -360,6 +362,7 @@ func (r *HeartbeatReq) Decode(d *wire.Dec) {
 		r.Resyncs[i].Decode(d)
 	}
 	r.Scrubs = decodeScrubs(d)
+	r.Caches = decodeCaches(d)
 }
 
 // ScrubProgress is a storage server's report on the scrub of one store:
@@ -512,6 +515,9 @@ type StatusReply struct {
 	// ECScrub is the leader's parity check of every erasure-coded file
 	// (absent from older replies).
 	ECScrub ECScrubStatus
+	// Caches are the flash caches of the storage servers' targets, from
+	// their last heartbeats (absent from older replies).
+	Caches []CacheReport
 }
 
 // ECScrubStatus is the progress of a parity check of every erasure-coded
@@ -599,6 +605,7 @@ func (r *StatusReply) Encode(e *wire.Enc) {
 	r.ECScrub.Encode(e)
 	e.U64(r.ECRepair.Evacuating)
 	e.U64(r.ECRepair.Unplaceable)
+	encodeCaches(e, r.Caches)
 }
 
 func (r *StatusReply) Decode(d *wire.Dec) {
@@ -643,6 +650,7 @@ func (r *StatusReply) Decode(d *wire.Dec) {
 	if len(d.Rest()) >= 16 {
 		r.ECRepair.Evacuating, r.ECRepair.Unplaceable = d.U64(), d.U64()
 	}
+	r.Caches = decodeCaches(d)
 }
 
 // Capacity sums the space of the online targets, counting each file

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,23 @@ func (s *Service) targetInfos() []proto.TargetInfo {
 		infos[i].TotalBytes, infos[i].FreeBytes = total, free
 	}
 	return infos
+}
+
+// cacheReports are the reports of the targets' flash caches, with their
+// target IDs.
+func (s *Service) cacheReports() []proto.CacheReport {
+	if s.cfg.CacheReports == nil {
+		return nil
+	}
+	rs := s.cfg.CacheReports()
+	for i := range rs {
+		for _, tg := range s.targets {
+			if filepath.Clean(rs[i].Path) == tg.Dir() {
+				rs[i].Target = tg.ID()
+			}
+		}
+	}
+	return rs
 }
 
 // register sends OpRegisterServer and adopts the IDs it returns.
@@ -175,7 +193,8 @@ func (s *Service) logQuietly(failures int, format string, args ...any) {
 // can judge the server silent; a newer map version makes the server
 // reload the map.
 func (s *Service) heartbeat(net uint8, metas []*rpc.Client) error {
-	req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Network: net, Targets: s.targetInfos(), Resyncs: s.resyncs.progress(), Scrubs: s.scrubs.progress()}
+	req := proto.HeartbeatReq{ServerID: s.serverID.Load(), Network: net, Targets: s.targetInfos(), Resyncs: s.resyncs.progress(),
+		Scrubs: s.scrubs.progress(), Caches: s.cacheReports()}
 	var rep proto.HeartbeatReply
 	sent := time.Now()
 	_, err := s.callMetaOn(metas, proto.OpHeartbeat, req.Encode, func(d *wire.Dec) error { rep.Decode(d); return d.Err() })

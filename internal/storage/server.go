@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	// FS is the file system under the targets (default: the real one); a
 	// FaultFS here lets tests fail the server's disks.
 	FS FS
+	// CacheReports, if set, reports the flash caches under the targets
+	// (internal/flashcache, which FS then is), by target directory; the
+	// server fills in the target IDs and sends them with its heartbeats.
+	CacheReports func() []proto.CacheReport
 	// MaxOpenChunks bounds each target's open-chunk cache.
 	MaxOpenChunks int
 	// ScrubEvery is the time between scrubs (scrub.go): passes that read

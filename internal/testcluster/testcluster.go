@@ -128,6 +128,13 @@ func WithSessionTimeout(d time.Duration) Option {
 	return func(o *cluster.Options) { o.SessionTimeout = d }
 }
 
+// WithCache gives every storage target a flash cache of size bytes in
+// mode under dir, which must be on another file system than the
+// cluster's (e.g. /dev/shm).
+func WithCache(dir, size, mode string) Option {
+	return func(o *cluster.Options) { o.Cache, o.CacheSize, o.CacheMode = dir, size, mode }
+}
+
 // WithRacks labels the storage servers rack1..rackN in turn.
 func WithRacks(n int) Option { return func(o *cluster.Options) { o.Racks = n } }
 

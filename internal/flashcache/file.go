@@ -1,0 +1,298 @@
+package flashcache
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/storage"
+)
+
+// The storage.FS calls of a tier: files under chunks/ are cached files,
+// everything else is the disk's.
+
+// OpenFile opens name on the disk and, for a chunk file, its cached copy
+// with it. A chunk file created empty (a new chunk) gets an empty copy at
+// once: writes allocate in the cache.
+func (t *Tier) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+	f, err := t.slow.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	rel, ok := t.rel(name)
+	if !ok || !t.serving() {
+		return f, nil
+	}
+	if flag&os.O_TRUNC != 0 {
+		if e := t.lookup(rel); e != nil {
+			t.drop(e)
+		}
+	}
+	if flag&os.O_CREATE != 0 && flag&(os.O_WRONLY|os.O_RDWR) != 0 && t.lookup(rel) == nil {
+		if size, err := f.Size(); err == nil && size == 0 {
+			t.allocate(rel)
+		}
+	}
+	return &file{t: t, rel: rel, slow: f}, nil
+}
+
+// allocate makes an empty, complete copy of rel (a new chunk).
+func (t *Tier) allocate(rel string) {
+	path := t.fastPath(rel)
+	if err := t.fast.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.fastError(&entry{rel: rel}, err)
+		return
+	}
+	f, err := t.fast.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.fastError(&entry{rel: rel}, err)
+		return
+	}
+	e := &entry{rel: rel, complete: true, f: f}
+	t.mu.Lock()
+	if t.failed != nil || t.entries[rel] != nil {
+		t.mu.Unlock()
+		f.Close()
+		return
+	}
+	t.entries[rel] = e
+	e.elem = t.lru.PushFront(e)
+	t.mu.Unlock()
+}
+
+func (t *Tier) Mkdir(name string, perm os.FileMode) error    { return t.slow.Mkdir(name, perm) }
+func (t *Tier) MkdirAll(name string, perm os.FileMode) error { return t.slow.MkdirAll(name, perm) }
+func (t *Tier) ReadDirNames(name string) ([]string, error)   { return t.slow.ReadDirNames(name) }
+func (t *Tier) SyncDir(name string) error                    { return t.slow.SyncDir(name) }
+func (t *Tier) Statfs(name string) (uint64, uint64, error)   { return t.slow.Statfs(name) }
+func (t *Tier) Lock(name string) (io.Closer, error)          { return t.slow.Lock(name) }
+
+func (t *Tier) Stat(name string) (int64, time.Time, error) { return t.slow.Stat(name) }
+
+// MarkTopDir passes the engine's placement hint on to the disk.
+func (t *Tier) MarkTopDir(name string) error {
+	if m, ok := t.slow.(interface{ MarkTopDir(string) error }); ok {
+		return m.MarkTopDir(name)
+	}
+	return nil
+}
+
+// Remove removes name from the disk and its copy from the cache.
+func (t *Tier) Remove(name string) error {
+	err := t.slow.Remove(name)
+	if rel, ok := t.rel(name); ok {
+		if e := t.lookup(rel); e != nil {
+			t.drop(e)
+		}
+	}
+	return err
+}
+
+// Rename renames on the disk; the copies of both names are dropped.
+func (t *Tier) Rename(oldname, newname string) error {
+	for _, name := range []string{oldname, newname} {
+		if rel, ok := t.rel(name); ok {
+			if e := t.lookup(rel); e != nil {
+				t.drop(e)
+			}
+		}
+	}
+	return t.slow.Rename(oldname, newname)
+}
+
+// file is an open chunk file of a cached target: slow is the disk's file,
+// and its copy, when there is one, is found by rel at each call (it may be
+// promoted, evicted or dropped while the file is open).
+type file struct {
+	t    *Tier
+	rel  string
+	slow storage.File
+}
+
+// copyOf returns rel's entry with e.mu read-locked if its copy is
+// complete, else nil.
+func (f *file) copyOf() *entry {
+	e := f.t.lookup(f.rel)
+	if e == nil {
+		return nil
+	}
+	e.mu.RLock()
+	if !e.complete {
+		e.mu.RUnlock()
+		return nil
+	}
+	return e
+}
+
+// ReadAt reads from the copy when there is one, else from the disk, and
+// counts a miss toward promotion.
+func (f *file) ReadAt(b []byte, off int64) (int, error) {
+	if e := f.copyOf(); e != nil {
+		n, err := e.f.ReadAt(b, off)
+		e.mu.RUnlock()
+		if err == nil || err == io.EOF {
+			f.t.hit(e, n)
+			return n, err
+		}
+		f.t.fastError(e, err)
+	}
+	f.t.misses.Add(1)
+	n, err := f.slow.ReadAt(b, off)
+	if err == nil || err == io.EOF {
+		f.t.missed(f.rel)
+	}
+	return n, err
+}
+
+// WriteAt writes to the disk, then to the copy. A copy that the write
+// could not reach is dropped: it would be older than the disk.
+func (f *file) WriteAt(b []byte, off int64) (int, error) {
+	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) { return sf.WriteAt(b, off) }, b)
+}
+
+// WriteDirect and WriteDropBehind are writes the engine keeps off the page
+// cache (a chain member's copy, a resync's): they go to the disk that way,
+// and to the copy as ordinary writes.
+func (f *file) WriteDirect(b []byte, off int64) (int, error) {
+	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) {
+		if d, ok := sf.(interface {
+			WriteDirect([]byte, int64) (int, error)
+		}); ok {
+			return d.WriteDirect(b, off)
+		}
+		return sf.WriteAt(b, off)
+	}, b)
+}
+
+func (f *file) WriteDropBehind(b []byte, off int64) (int, error) {
+	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) {
+		if d, ok := sf.(interface {
+			WriteDropBehind([]byte, int64) (int, error)
+		}); ok {
+			return d.WriteDropBehind(b, off)
+		}
+		return sf.WriteAt(b, off)
+	}, b)
+}
+
+// writeThrough runs write on the disk's file and then, if the file has a
+// complete copy, writes b at off to the copy too. The entry is looked up,
+// and its generation moved on, only after the disk's write: a promotion
+// that copied the file before the write landed sees the generation move
+// and throws its copy away, and one that completes before the write looks
+// gets the write too.
+func (f *file) writeThrough(off int64, n int, write func(storage.File) (int, error), b []byte) (int, error) {
+	wrote, err := write(f.slow)
+	e := f.t.lookup(f.rel)
+	if e == nil {
+		return wrote, err
+	}
+	e.gen.Add(1)
+	if err != nil {
+		f.t.drop(e) // the disk's bytes there are unknown now
+		return wrote, err
+	}
+	e.mu.RLock()
+	if !e.complete {
+		e.mu.RUnlock()
+		return wrote, nil
+	}
+	_, ferr := e.f.WriteAt(b, off)
+	e.mu.RUnlock()
+	if ferr != nil {
+		f.t.fastError(e, ferr)
+		return wrote, nil
+	}
+	f.t.grew(e, off+int64(n))
+	return wrote, nil
+}
+
+// Truncate cuts the disk's file and the copy.
+func (f *file) Truncate(size int64) error {
+	err := f.slow.Truncate(size)
+	e := f.t.lookup(f.rel)
+	if e == nil {
+		return err
+	}
+	e.gen.Add(1)
+	if err != nil {
+		f.t.drop(e)
+		return err
+	}
+	e.mu.RLock()
+	if !e.complete {
+		e.mu.RUnlock()
+		return nil
+	}
+	ferr := e.f.Truncate(size)
+	e.mu.RUnlock()
+	if ferr != nil {
+		f.t.fastError(e, ferr)
+		return nil
+	}
+	f.t.resized(e, size)
+	return nil
+}
+
+// Sync makes the disk's file durable: write-through acknowledges nothing
+// that is only on the flash.
+func (f *file) Sync() error           { return f.slow.Sync() }
+func (f *file) Size() (int64, error)  { return f.slow.Size() }
+func (f *file) Close() error          { return f.slow.Close() }
+func (f *file) StartWriteback() error { return passWriteback(f.slow) }
+func (f *file) DropCache()            { passDropCache(f.slow) }
+
+// SendFrom lets the engine send bytes with sendfile from the copy when
+// there is one, else from the disk's file. A copy that fails before the
+// send starts is the cache device failing: it is dropped and the disk's
+// file sends; one that fails with EIO while sending drops the device too,
+// and the call fails (the reader asks again).
+func (f *file) SendFrom(send func(fd int) error) error {
+	type sender interface {
+		SendFrom(func(fd int) error) error
+	}
+	if e := f.copyOf(); e != nil {
+		if s, ok := e.f.(sender); ok {
+			started := false
+			err := s.SendFrom(func(fd int) error { started = true; return send(fd) })
+			e.mu.RUnlock()
+			switch {
+			case err == nil:
+				f.t.hit(e, 0)
+				return nil
+			case !started:
+				f.t.fastError(e, err)
+			default:
+				if errors.Is(err, syscall.EIO) {
+					f.t.fastError(e, err)
+				}
+				return err
+			}
+		} else {
+			e.mu.RUnlock()
+		}
+	}
+	s, ok := f.slow.(sender)
+	if !ok {
+		return syscall.EOPNOTSUPP // the engine reads instead
+	}
+	f.t.misses.Add(1)
+	f.t.missed(f.rel)
+	return s.SendFrom(send)
+}
+
+func passWriteback(f storage.File) error {
+	if w, ok := f.(interface{ StartWriteback() error }); ok {
+		return w.StartWriteback()
+	}
+	return nil
+}
+
+func passDropCache(f storage.File) {
+	if d, ok := f.(interface{ DropCache() }); ok {
+		d.DropCache()
+	}
+}

@@ -1,0 +1,531 @@
+// Package flashcache puts a storage target's chunks on a faster device in
+// front of its disk: Dell Fluid Cache's SSDs in front of a disk array,
+// rebuilt as a file system layer under the chunk engine (issue 42;
+// docs/architecture.md, "Flash cache").
+//
+// A Tier is a storage.FS over the target's disk (the slow file system)
+// that keeps copies of chunk files (data and checksum sidecars, whole) in a
+// cache directory on the fast device. The engine above it is unchanged:
+// its writes, reads, syncs and checksums go through the tier, which decides
+// where each lands.
+//
+//   - Write-through: a write goes to the disk, and to the cached copy when
+//     the chunk has one (or is new: writes allocate); Sync makes the disk's
+//     copy durable, and nothing is acknowledged before that. Reads of a
+//     chunk with a copy read the flash.
+//   - Reads of a chunk without a copy read the disk; a chunk read again
+//     within a while (a ghost list remembers recent misses) is promoted: its
+//     files are copied to the flash in the background, and the copy counts
+//     only if no write came meanwhile.
+//   - When the copies pass the cache's size, the least recently used are
+//     evicted.
+//   - A cache device that fails (an I/O error, a full device) is dropped at
+//     once: the tier serves everything from the disk (write-through, which
+//     loses nothing) and Stats says why.
+//
+// Only chunk files are cached (the target's chunks/ and its chain stores'
+// chains/<chain>/chunks/); target.json, the lock and the rest go to the
+// disk alone. The cache directory holds the
+// copies at the same relative paths, and tandem-cache.json: the target it
+// caches and whether it was closed cleanly. A cache not closed cleanly, or
+// of another target, is emptied when it is opened again (its copies may be
+// older than the disk).
+package flashcache
+
+import (
+	"container/list"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/storage"
+)
+
+// Mode is how a tier treats writes.
+type Mode int
+
+const (
+	// Off: no cache; every call goes to the disk.
+	Off Mode = iota
+	// WriteThrough: writes are durable on the disk before they are
+	// acknowledged; the flash holds copies for reads.
+	WriteThrough
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Off:
+		return "off"
+	case WriteThrough:
+		return "writethrough"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// ParseMode reads a mode's name.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "off":
+		return Off, nil
+	case "writethrough", "write-through", "wt":
+		return WriteThrough, nil
+	}
+	return Off, fmt.Errorf("cache mode %q: give writethrough or off", s)
+}
+
+// MinSize is the smallest cache: room for one chunk of the largest size a
+// file may have, and its checksums.
+const MinSize = 64<<20 + 128<<10
+
+// Config is one cached target.
+type Config struct {
+	// Target is the target directory; Dir the cache directory, on
+	// another file system.
+	Target, Dir string
+	// Size bounds the bytes of the copies on the flash.
+	Size int64
+	Mode Mode
+	// Slow is the file system of the target (nil: the real one); Fast
+	// that of the cache (nil: the real one).
+	Slow, Fast storage.FS
+	// Logf receives what the tier decides (a device dropped, a cache
+	// emptied); nil: the standard logger.
+	Logf func(format string, args ...any)
+	// PromoteWithin is how soon a second read of a chunk must follow the
+	// first for the chunk to be promoted (default 10 minutes).
+	PromoteWithin time.Duration
+}
+
+// Tier is the file system of one cached target (storage.FS).
+type Tier struct {
+	cfg    Config
+	slow   storage.FS
+	fast   storage.FS
+	target string // cleaned
+	dir    string
+
+	mu      sync.Mutex
+	entries map[string]*entry // by path relative to the target
+	lru     list.List         // of *entry, most recently used at the front
+	used    int64             // bytes of complete copies
+	ghosts  map[string]time.Time
+	failed  error // the cache device's failure; nil while it serves
+
+	promotions chan *entry
+	wg         sync.WaitGroup
+	stop       chan struct{}
+	closeOnce  sync.Once
+
+	hits, misses, promoted, evicted atomic.Int64
+	readBytes                       atomic.Int64 // bytes read from the flash
+}
+
+// entry is one chunk file's copy on the flash.
+type entry struct {
+	rel string
+	// mu is held shared while the copy is read or written through, and
+	// exclusively while it is made complete, evicted or dropped.
+	mu sync.RWMutex
+	// complete: the copy holds the file's bytes; f is its open file.
+	// gen counts the writes to the file, so a promotion that a write
+	// overtook is not taken. Guarded by mu (and Tier.mu for elem).
+	complete  bool
+	promoting bool
+	f         storage.File
+	gen       atomic.Uint64
+	size      int64 // accounted bytes (the copy's size when it completed)
+	elem      *list.Element
+}
+
+// manifest is tandem-cache.json.
+type manifest struct {
+	Target string `json:"target"`
+	Clean  bool   `json:"clean"`
+}
+
+const manifestName = "tandem-cache.json"
+
+// Open opens the cache of one target, emptying it unless it was closed
+// cleanly with the same target, and starts its promoter.
+func Open(cfg Config) (*Tier, error) {
+	if cfg.Slow == nil {
+		cfg.Slow = storage.OSFS{}
+	}
+	if cfg.Fast == nil {
+		cfg.Fast = storage.OSFS{}
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	}
+	if cfg.PromoteWithin == 0 {
+		cfg.PromoteWithin = 10 * time.Minute
+	}
+	t := &Tier{cfg: cfg, slow: cfg.Slow, fast: cfg.Fast, target: filepath.Clean(cfg.Target), dir: filepath.Clean(cfg.Dir),
+		entries: map[string]*entry{}, ghosts: map[string]time.Time{}, promotions: make(chan *entry, 256), stop: make(chan struct{})}
+	if cfg.Mode == Off {
+		return t, nil
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.promoter()
+	return t, nil
+}
+
+// check refuses a cache that cannot work: too small, or on the target's
+// own file system (no faster device at all).
+func (t *Tier) check() error {
+	if t.cfg.Size < MinSize {
+		return fmt.Errorf("cache %s: %d bytes is smaller than one chunk and its checksums (%d bytes)", t.dir, t.cfg.Size, MinSize)
+	}
+	if err := t.fast.MkdirAll(t.dir, 0o755); err != nil {
+		return fmt.Errorf("cache %s: %w", t.dir, err)
+	}
+	same, err := sameFileSystem(t.target, t.dir)
+	if err != nil {
+		return fmt.Errorf("cache %s: %w", t.dir, err)
+	}
+	if same {
+		return fmt.Errorf("cache %s is on the same file system as its target %s: give a directory on the faster device", t.dir, t.target)
+	}
+	return nil
+}
+
+func sameFileSystem(a, b string) (bool, error) {
+	var sa, sb syscall.Stat_t
+	if err := syscall.Stat(a, &sa); err != nil {
+		return false, err
+	}
+	if err := syscall.Stat(b, &sb); err != nil {
+		return false, err
+	}
+	return sa.Dev == sb.Dev, nil
+}
+
+// load takes over the copies of a cache closed cleanly for this target,
+// or empties the cache, and records that it is in use (not clean).
+func (t *Tier) load() error {
+	var m manifest
+	b, err := readAll(t.fast, filepath.Join(t.dir, manifestName))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil // a new cache
+	}
+	keep := err == nil && json.Unmarshal(b, &m) == nil && m.Clean && m.Target == t.target
+	if keep {
+		err = t.scan()
+	}
+	if !keep || err != nil {
+		if err != nil {
+			t.cfg.Logf("flashcache: %s: %v; emptying it", t.dir, err)
+		} else if len(b) > 0 {
+			t.cfg.Logf("flashcache: %s was not closed cleanly (or cached another target): emptying it", t.dir)
+		}
+		if err := t.empty(); err != nil {
+			return fmt.Errorf("cache %s: emptying it: %w", t.dir, err)
+		}
+	}
+	return t.writeManifest(false)
+}
+
+// scan indexes the copies of a cleanly closed cache.
+func (t *Tier) scan() error {
+	return filepath.WalkDir(t.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if rel, _ := filepath.Rel(t.dir, path); !isChunkPath(rel) {
+			return nil // the manifest
+		}
+		size, _, err := t.fast.Stat(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(t.dir, path)
+		f, err := t.fast.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		e := &entry{rel: rel, complete: true, f: f, size: size}
+		t.entries[rel] = e
+		e.elem = t.lru.PushBack(e)
+		t.used += size
+		return nil
+	})
+}
+
+// empty removes every copy.
+func (t *Tier) empty() error {
+	for rel, e := range t.entries {
+		if e.f != nil {
+			e.f.Close()
+		}
+		delete(t.entries, rel)
+	}
+	t.lru.Init()
+	t.used = 0
+	for _, d := range []string{"chunks", "chains"} {
+		if err := os.RemoveAll(filepath.Join(t.dir, d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tier) writeManifest(clean bool) error {
+	b, _ := json.Marshal(manifest{Target: t.target, Clean: clean})
+	name := filepath.Join(t.dir, manifestName)
+	f, err := t.fast.OpenFile(name+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = t.fast.Rename(name+".tmp", name)
+	}
+	if err == nil {
+		err = t.fast.SyncDir(t.dir)
+	}
+	return err
+}
+
+// Close stops the promoter and marks the cache clean, so that the next
+// Open keeps its copies.
+func (t *Tier) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.stop)
+		t.wg.Wait()
+		if t.cfg.Mode == Off {
+			return
+		}
+		t.mu.Lock()
+		failed := t.failed
+		entries := make([]*entry, 0, len(t.entries))
+		for _, e := range t.entries {
+			entries = append(entries, e)
+		}
+		t.mu.Unlock()
+		for _, e := range entries {
+			e.mu.Lock() // (entry locks are taken before t.mu, never after)
+			if e.f != nil {
+				e.f.Close()
+				e.f = nil
+			}
+			e.complete = false
+			e.mu.Unlock()
+		}
+		if failed == nil {
+			err = t.writeManifest(true)
+		}
+	})
+	return err
+}
+
+// rel is name's path relative to the target when the tier caches it: a
+// chunk file of the target's own store (chunks/...) or of a replicated
+// chain's store inside it (chains/<chain>/chunks/...).
+func (t *Tier) rel(name string) (string, bool) {
+	if t.cfg.Mode == Off {
+		return "", false
+	}
+	r, err := filepath.Rel(t.target, filepath.Clean(name))
+	if err != nil {
+		return "", false
+	}
+	return r, isChunkPath(r)
+}
+
+// isChunkPath reports whether a path relative to a target is a chunk
+// file's (or under the directories that hold them).
+func isChunkPath(r string) bool {
+	parts := strings.SplitN(r, string(filepath.Separator), 4)
+	own := len(parts) >= 2 && parts[0] == "chunks"
+	chain := len(parts) == 4 && parts[0] == "chains" && parts[2] == "chunks"
+	return own || chain
+}
+
+func (t *Tier) fastPath(rel string) string { return filepath.Join(t.dir, rel) }
+
+// serving reports whether the cache device still serves.
+func (t *Tier) serving() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failed == nil
+}
+
+// fail drops the cache device after err: every copy is forgotten and the
+// tier serves from the disk from now on.
+func (t *Tier) fail(err error) {
+	t.mu.Lock()
+	if t.failed != nil {
+		t.mu.Unlock()
+		return
+	}
+	t.failed = err
+	entries := t.entries
+	t.entries = map[string]*entry{}
+	t.lru.Init()
+	t.used = 0
+	t.mu.Unlock()
+	t.cfg.Logf("flashcache: cache %s of target %s failed: %v; serving from the disk alone (write-through loses nothing)", t.dir, t.target, err)
+	for _, e := range entries {
+		e.mu.Lock()
+		if e.f != nil {
+			e.f.Close()
+			e.f = nil
+		}
+		e.complete = false
+		e.mu.Unlock()
+	}
+}
+
+// fastError handles an error of the cache device on rel's copy: a full
+// device makes room or drops the copy; anything else drops the device.
+func (t *Tier) fastError(e *entry, err error) {
+	if errors.Is(err, syscall.ENOSPC) {
+		t.cfg.Logf("flashcache: cache %s is full: dropping %s and evicting", t.dir, e.rel)
+		t.drop(e)
+		t.evict(0)
+		return
+	}
+	t.fail(err)
+}
+
+// lookup returns rel's entry, or nil.
+func (t *Tier) lookup(rel string) *entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.entries[rel]
+}
+
+// touch marks e used now.
+func (t *Tier) touch(e *entry) {
+	t.mu.Lock()
+	if e.elem != nil {
+		t.lru.MoveToFront(e.elem)
+	}
+	t.mu.Unlock()
+}
+
+// drop removes e's copy (e.mu not held).
+func (t *Tier) drop(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.dropLocked(e)
+}
+
+func (t *Tier) dropLocked(e *entry) {
+	t.mu.Lock()
+	if t.entries[e.rel] == e {
+		delete(t.entries, e.rel)
+	}
+	if e.elem != nil {
+		t.lru.Remove(e.elem)
+		e.elem = nil
+		t.used -= e.size
+	}
+	t.mu.Unlock()
+	if e.f != nil {
+		e.f.Close()
+		e.f = nil
+	}
+	e.complete = false
+	t.fast.Remove(t.fastPath(e.rel))
+}
+
+// evict removes the least recently used copies until the copies and more
+// bytes fit in the cache's size, with a tenth of it to spare.
+func (t *Tier) evict(more int64) {
+	for {
+		t.mu.Lock()
+		limit := t.cfg.Size - t.cfg.Size/10
+		if t.used+more <= limit || t.lru.Len() == 0 {
+			t.mu.Unlock()
+			return
+		}
+		e := t.lru.Back().Value.(*entry)
+		t.mu.Unlock()
+		t.drop(e)
+		t.evicted.Add(1)
+	}
+}
+
+// Stats is what a tier reports.
+type Stats struct {
+	Mode     string `json:"mode"`
+	Dir      string `json:"dir"`
+	Size     int64  `json:"size"`
+	Used     int64  `json:"used"`
+	Files    int    `json:"files"`
+	Hits     int64  `json:"hits"`
+	Misses   int64  `json:"misses"`
+	Promoted int64  `json:"promoted"`
+	Evicted  int64  `json:"evicted"`
+	// Failed says why the cache device was dropped ("" while it serves).
+	Failed string `json:"failed,omitempty"`
+}
+
+// HitRatio is the share of chunk reads the flash answered.
+func (s Stats) HitRatio() float64 {
+	if s.Hits+s.Misses == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Hits+s.Misses)
+}
+
+// Stats reports the tier's state.
+func (t *Tier) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Stats{Mode: t.cfg.Mode.String(), Dir: t.dir, Size: t.cfg.Size, Used: t.used, Files: t.lru.Len(),
+		Hits: t.hits.Load(), Misses: t.misses.Load(), Promoted: t.promoted.Load(), Evicted: t.evicted.Load()}
+	if t.failed != nil {
+		s.Failed = t.failed.Error()
+	}
+	return s
+}
+
+// Report is Stats as the storage server sends it with its heartbeats.
+func (t *Tier) Report() proto.CacheReport {
+	s := t.Stats()
+	return proto.CacheReport{Path: t.target, Dir: s.Dir, Mode: s.Mode, Size: uint64(s.Size), Used: uint64(s.Used),
+		Files: uint64(s.Files), Hits: uint64(s.Hits), Misses: uint64(s.Misses), Promoted: uint64(s.Promoted),
+		Evicted: uint64(s.Evicted), Failed: s.Failed}
+}
+
+func readAll(fsys storage.FS, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	n, err := f.ReadAt(b, 0)
+	if err == io.EOF {
+		err = nil
+	}
+	return b[:n], err
+}

@@ -1,0 +1,74 @@
+package flashcache
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"tandemfs/internal/proto"
+	"tandemfs/internal/storage"
+)
+
+// Set is the storage.FS of a server whose targets have caches: each call
+// goes to the tier of the target its path is under, and a path under no
+// cached target goes to the disk's file system.
+type Set struct {
+	Base  storage.FS
+	Tiers []*Tier
+}
+
+// pick is the file system for name.
+func (s *Set) pick(name string) storage.FS {
+	clean := filepath.Clean(name)
+	for _, t := range s.Tiers {
+		if clean == t.target || strings.HasPrefix(clean, t.target+string(filepath.Separator)) {
+			return t
+		}
+	}
+	return s.Base
+}
+
+func (s *Set) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+	return s.pick(name).OpenFile(name, flag, perm)
+}
+func (s *Set) Mkdir(name string, perm os.FileMode) error    { return s.pick(name).Mkdir(name, perm) }
+func (s *Set) MkdirAll(name string, perm os.FileMode) error { return s.pick(name).MkdirAll(name, perm) }
+func (s *Set) Remove(name string) error                     { return s.pick(name).Remove(name) }
+func (s *Set) ReadDirNames(name string) ([]string, error)   { return s.pick(name).ReadDirNames(name) }
+func (s *Set) SyncDir(name string) error                    { return s.pick(name).SyncDir(name) }
+func (s *Set) Statfs(name string) (uint64, uint64, error)   { return s.pick(name).Statfs(name) }
+func (s *Set) Lock(name string) (io.Closer, error)          { return s.pick(name).Lock(name) }
+func (s *Set) Stat(name string) (int64, time.Time, error)   { return s.pick(name).Stat(name) }
+
+// Rename renames within one target (the engine never renames across).
+func (s *Set) Rename(oldname, newname string) error { return s.pick(oldname).Rename(oldname, newname) }
+
+// MarkTopDir passes the engine's placement hint on.
+func (s *Set) MarkTopDir(name string) error {
+	if m, ok := s.pick(name).(interface{ MarkTopDir(string) error }); ok {
+		return m.MarkTopDir(name)
+	}
+	return nil
+}
+
+// Close closes every tier (marking their caches clean).
+func (s *Set) Close() error {
+	var first error
+	for _, t := range s.Tiers {
+		if err := t.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Reports are the tiers' reports for the server's heartbeats.
+func (s *Set) Reports() []proto.CacheReport {
+	out := make([]proto.CacheReport, len(s.Tiers))
+	for i, t := range s.Tiers {
+		out[i] = t.Report()
+	}
+	return out
+}
