@@ -55,6 +55,9 @@ const (
 type clusterOptions struct {
 	fence  bool // the metadata replicas run fence agents (idrac fails, pdu kills)
 	faults bool // the storage servers take disk faults from a fault file
+	// cache gives every target a write-through flash cache on tmpfs
+	// (tandem storage --cache), which the fault file reaches too.
+	cache bool
 }
 
 // cluster is one TandemFS cluster in its own lab. Its processes are
@@ -67,6 +70,7 @@ type cluster struct {
 	secret string // the cluster secret file
 	fence  string // the fence agents file, or ""
 	faults bool   // storage servers run with --fault-file (faultFile)
+	caches string // the root of the targets' flash caches (cacheDir), or ""
 	mnt    string // the client's mount point
 
 	// Who runs what: the storage servers' hosts, each server's targets,
@@ -97,6 +101,14 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	testcluster.RequireFUSE(t)
 	c := newCluster(t, prefix, topology)
 	c.faults = opts.faults
+	if opts.cache {
+		dir, err := os.MkdirTemp("/dev/shm", "hamatrix-"+prefix+"-cache-")
+		if err != nil {
+			t.Fatalf("a directory for the flash caches on tmpfs: %v", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		c.caches = dir
+	}
 	c.mnt = filepath.Join(c.dir, "mnt")
 	cleanup(t, "unmounting", c.unmount)
 	if err := os.MkdirAll(c.mnt, 0o755); err != nil {
@@ -334,11 +346,22 @@ func (c *cluster) startStorage(host string) {
 		}
 		args = append(args, "--target", dir)
 	}
+	if c.caches != "" {
+		for i := 1; i <= c.targets; i++ {
+			args = append(args, "--cache", c.cacheDir(host, i))
+		}
+		args = append(args, "--cache-size", "512M")
+	}
 	if c.faults {
 		args = append(args, "--fault-file", c.faultFile(host))
 	}
 	args = append(args, strings.Fields(os.Getenv("HA_MATRIX_STORAGE_FLAGS"))...)
 	c.start("storage", host, args...)
+}
+
+// cacheDir is the flash cache of a host's i-th target (from 1).
+func (c *cluster) cacheDir(host string, i int) string {
+	return filepath.Join(c.caches, host, fmt.Sprintf("target%d", i))
 }
 
 // targetDir is the directory of a host's i-th target (from 1).

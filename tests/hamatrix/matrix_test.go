@@ -26,6 +26,7 @@ type scenario struct {
 	blocks bool
 	fence  bool // the metadata replicas run fence agents
 	faults bool // the storage servers take disk faults from a file
+	cache  bool // every target has a write-through flash cache (tmpfs)
 	// act injects the failure (run.inject) into the running load and
 	// heals it (run.heal) as the scenario says.
 	act func(r *run)
@@ -189,6 +190,23 @@ var scenarios = []scenario{
 				r.c.startStorage("srv1")
 				return nil
 			})
+		},
+	},
+	{
+		num: 9, id: "cache_device_fails", name: "the flash cache device of srv1's targets fails (EIO on every call), write-through",
+		faults: true, cache: true,
+		act: func(r *run) {
+			dev := r.c.caches + "/srv1/"
+			r.inject("EIO for every call under "+dev, func() error {
+				return r.c.setFaults("srv1", []faultRule{{Path: dev, Ops: "all", Errno: "EIO"}})
+			})
+			// Nothing changes for the clients or the chains: the
+			// targets serve from their disks, write-through loses
+			// nothing.
+			r.sleepUntil(r.injected.Add(hold))
+			// The device back (faults cleared); the server keeps it
+			// dropped until it restarts.
+			r.heal("clear the faults", func() error { return r.c.setFaults("srv1", nil) })
 		},
 	},
 }

@@ -104,7 +104,7 @@ func runScenario(t *testing.T, sc scenario, res *result) {
 func startRun(t *testing.T, sc scenario, res *result) *run {
 	t.Helper()
 	r := &run{t: t, sc: sc, res: res}
-	r.c = startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence, faults: sc.faults})
+	r.c = startCluster(t, sc.prefix(), clusterOptions{fence: sc.fence, faults: sc.faults, cache: sc.cache})
 	sz := sizes()
 	r.pre = writePre(r.c, sz.read)
 	checkTwoCopies(r.c, r.pre)
