@@ -48,10 +48,16 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 	if err != nil {
 		return status(err)
 	}
-	if asked {
-		// Close-to-open: the kernel may still hold a size from before
-		// another client's last close (the change reaches it on the
-		// watch, a few milliseconds later), and would end reads there.
+	// Close-to-open: the kernel may still hold a size from before the
+	// file's last close, by another client (the change reaches it on the
+	// watch, a few milliseconds later; asked: the file lease did not
+	// vouch for the client's copy) or by another process of this mount
+	// (hamatrix row 9: the first reader of a copy just closed here read
+	// short, in 4 runs of 4, until this dropped the kernel's attributes
+	// for such files too), and would end reads there. Dropped, the
+	// kernel asks again (this client answers from its cache) when a read
+	// goes past its size or at the next stat.
+	if asked || fs.kernel.takeClosedWritable(in.NodeId) {
 		fs.kernel.InvalidateAttr(in.NodeId)
 	}
 	if n.Mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -163,6 +169,7 @@ func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
 		return gofuse.EBADF
 	}
 	err := h.Flush()
+	fs.kernel.closedForWriting(in.NodeId)
 	if lerr := fs.c.ReleaseLocks(in.NodeId, in.LockOwner, false); err == nil {
 		err = lerr
 	}

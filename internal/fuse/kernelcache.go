@@ -41,6 +41,37 @@ type kernelCache struct {
 	absent  map[uint64]map[string]time.Time
 	nabsent int
 	pruned  time.Time // when the maps were last swept
+
+	// closedWritable are the files a process of this mount closed after
+	// opening them for writing, since their last open here: their next
+	// open drops the kernel's attributes (FS.Open). Past
+	// maxClosedWritable of them, every open does (closedOverflow).
+	closedWritable map[uint64]struct{}
+	closedOverflow bool
+}
+
+// maxClosedWritable bounds closedWritable.
+const maxClosedWritable = 1 << 16
+
+// closedForWriting notes a close of ino opened for writing here.
+func (k *kernelCache) closedForWriting(ino uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.closedWritable) >= maxClosedWritable {
+		k.closedOverflow = true
+		return
+	}
+	k.closedWritable[ino] = struct{}{}
+}
+
+// takeClosedWritable reports whether ino was closed for writing here
+// since its last open (or whether that is no longer known), and forgets it.
+func (k *kernelCache) takeClosedWritable(ino uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.closedWritable[ino]
+	delete(k.closedWritable, ino)
+	return ok || k.closedOverflow
 }
 
 // notifier is the part of the FUSE server that reaches the kernel.
@@ -51,7 +82,7 @@ type notifier interface {
 
 func newKernelCache(watching func() bool) *kernelCache {
 	return &kernelCache{watching: watching, inodes: map[uint64]time.Time{}, names: map[nameKey]time.Time{},
-		absent: map[uint64]map[string]time.Time{}}
+		absent: map[uint64]map[string]time.Time{}, closedWritable: map[uint64]struct{}{}}
 }
 
 // absentMargin is taken off the time a lease vouches for an absence: the

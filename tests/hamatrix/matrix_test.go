@@ -194,7 +194,7 @@ var scenarios = []scenario{
 	},
 	{
 		num: 9, id: "cache_device_fails", name: "the flash cache device of srv1's targets fails (EIO on every call), write-through",
-		faults: true, cache: true,
+		faults: true, cache: true, short: true,
 		act: func(r *run) {
 			dev := r.c.caches + "/srv1/"
 			r.inject("EIO for every call under "+dev, func() error {
