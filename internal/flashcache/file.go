@@ -11,7 +11,7 @@ import (
 	"tandemfs/internal/storage"
 )
 
-// The storage.FS calls of a tier: files under chunks/ are cached files,
+// The storage.FS calls of a tier: chunk files are cached files (isChunkPath),
 // everything else is the disk's.
 
 // OpenFile opens name on the disk and, for a chunk file, its cached copy
