@@ -11,7 +11,8 @@
 #   scripts/bench-cache.sh [--modes "none writethrough"] [--out DIR]
 #
 # Results: docs/bench-results/<date>-cache/: <mode>.json (suite.sh),
-# <mode>-status.json, table.md, run.log.
+# <mode>-status.json, table.md, chart.svg (scripts/bench-cache-chart.py),
+# run.log.
 set -uo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 export PATH=/usr/local/go/bin:$PATH
@@ -85,5 +86,6 @@ for m in modes:
             print(f"\n- {m}: cache of target {c['target']}: {c['used_bytes'] / 2**20:.0f} MiB used, hit ratio "
                   f"{100 * c['hit_ratio']:.1f}% of {c['hits'] + c['misses']} reads, {c['promoted']} promoted, {c['evicted']} evicted")
 PY
+python3 "$REPO/scripts/bench-cache-chart.py" "$OUT" >"$OUT/chart.svg" 2>>"$RUNLOG" || log "no chart (see run.log)"
 cat "$OUT/table.md"
 log "results in $OUT"
