@@ -75,7 +75,8 @@ type Options struct {
 	TargetRoot string
 	// Cache, if set, gives every target a flash cache (tandem storage
 	// --cache) in Cache/storageN/targetM, of CacheSize bytes each (""
-	// or "0": the servers' default) in CacheMode ("": writethrough).
+	// or "0": nine tenths of Cache's file system shared out among the
+	// targets) in CacheMode ("": writethrough).
 	Cache, CacheSize, CacheMode string
 	// MountFlags are added to the mount's command line.
 	MountFlags []string

@@ -169,6 +169,14 @@ func Open(cfg Config) (*Tier, error) {
 	if cfg.PromoteWithin == 0 {
 		cfg.PromoteWithin = 10 * time.Minute
 	}
+	// The engine opens its files by absolute paths.
+	for _, p := range []*string{&cfg.Target, &cfg.Dir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, fmt.Errorf("cache %s: %w", *p, err)
+		}
+		*p = abs
+	}
 	t := &Tier{cfg: cfg, slow: cfg.Slow, fast: cfg.Fast, target: filepath.Clean(cfg.Target), dir: filepath.Clean(cfg.Dir),
 		entries: map[string]*entry{}, ghosts: map[string]time.Time{}, promotions: make(chan *entry, 256), stop: make(chan struct{})}
 	if cfg.Mode == Off {

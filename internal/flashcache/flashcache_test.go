@@ -338,3 +338,29 @@ func TestPromotionsRacingWritesNeverServeOldBytes(t *testing.T) {
 
 // chunkRel is the path of a chunk's data file relative to its target.
 func chunkRel(ino, idx uint64) string { return fmt.Sprintf("chunks/%02x/%d/%d", ino%256, ino, idx) }
+
+// A target named by a relative path is cached all the same: the engine
+// opens its files by absolute paths.
+func TestATargetGivenByARelativePathIsCached(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.Mkdir("target", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tier, err := Open(Config{Target: "target", Dir: fastDir(t), Size: MinSize, Mode: WriteThrough, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	tg, err := storage.OpenTarget(dir+"/target", storage.Options{FS: tier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if err := tg.Write(1, 0, 0, []byte("cached")); err != nil {
+		t.Fatal(err)
+	}
+	if st := tier.Stats(); st.Files == 0 || st.Used == 0 {
+		t.Fatalf("a chunk written to a target named relatively was not cached: %+v", st)
+	}
+}
