@@ -51,7 +51,7 @@ func (t *Tier) allocate(rel string) {
 		t.fastError(&entry{rel: rel}, err)
 		return
 	}
-	e := &entry{rel: rel, complete: true, f: f}
+	e := &entry{rel: rel, complete: true, f: t.keep(f)}
 	t.mu.Lock()
 	if t.failed != nil || t.entries[rel] != nil {
 		t.mu.Unlock()
@@ -131,8 +131,7 @@ func (f *file) copyOf() *entry {
 // counts a miss toward promotion.
 func (f *file) ReadAt(b []byte, off int64) (int, error) {
 	if e := f.copyOf(); e != nil {
-		n, err := e.f.ReadAt(b, off)
-		e.mu.RUnlock()
+		n, err := f.readCopy(e, b, off) // unlocks e.mu
 		if err == nil || err == io.EOF {
 			f.t.hit(e, n)
 			return n, err
@@ -145,6 +144,17 @@ func (f *file) ReadAt(b []byte, off int64) (int, error) {
 		f.t.missed(f.rel)
 	}
 	return n, err
+}
+
+// readCopy reads b at off from e's copy and read-unlocks e.mu.
+func (f *file) readCopy(e *entry, b []byte, off int64) (int, error) {
+	defer e.mu.RUnlock()
+	cf, done, err := f.t.copyFile(e)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return cf.ReadAt(b, off)
 }
 
 // WriteAt writes to the disk, then to the copy. A copy that the write
@@ -200,7 +210,7 @@ func (f *file) writeThrough(off int64, n int, write func(storage.File) (int, err
 		e.mu.RUnlock()
 		return wrote, nil
 	}
-	_, ferr := e.f.WriteAt(b, off)
+	ferr := f.t.withCopy(e, func(cf storage.File) error { _, err := cf.WriteAt(b, off); return err })
 	e.mu.RUnlock()
 	if ferr != nil {
 		f.t.fastError(e, ferr)
@@ -227,7 +237,7 @@ func (f *file) Truncate(size int64) error {
 		e.mu.RUnlock()
 		return nil
 	}
-	ferr := e.f.Truncate(size)
+	ferr := f.t.withCopy(e, func(cf storage.File) error { return cf.Truncate(size) })
 	e.mu.RUnlock()
 	if ferr != nil {
 		f.t.fastError(e, ferr)
@@ -245,34 +255,20 @@ func (f *file) Close() error          { return f.slow.Close() }
 func (f *file) StartWriteback() error { return passWriteback(f.slow) }
 func (f *file) DropCache()            { passDropCache(f.slow) }
 
+// sender is a File the kernel can send bytes from (storage's sendfile).
+type sender interface {
+	SendFrom(func(fd int) error) error
+}
+
 // SendFrom lets the engine send bytes with sendfile from the copy when
 // there is one, else from the disk's file. A copy that fails before the
 // send starts is the cache device failing: it is dropped and the disk's
 // file sends; one that fails with EIO while sending drops the device too,
 // and the call fails (the reader asks again).
 func (f *file) SendFrom(send func(fd int) error) error {
-	type sender interface {
-		SendFrom(func(fd int) error) error
-	}
 	if e := f.copyOf(); e != nil {
-		if s, ok := e.f.(sender); ok {
-			started := false
-			err := s.SendFrom(func(fd int) error { started = true; return send(fd) })
-			e.mu.RUnlock()
-			switch {
-			case err == nil:
-				f.t.hit(e, 0)
-				return nil
-			case !started:
-				f.t.fastError(e, err)
-			default:
-				if errors.Is(err, syscall.EIO) {
-					f.t.fastError(e, err)
-				}
-				return err
-			}
-		} else {
-			e.mu.RUnlock()
+		if sent, err := f.sendFromCopy(e, send); sent {
+			return err
 		}
 	}
 	s, ok := f.slow.(sender)
@@ -282,6 +278,46 @@ func (f *file) SendFrom(send func(fd int) error) error {
 	f.t.misses.Add(1)
 	f.t.missed(f.rel)
 	return s.SendFrom(send)
+}
+
+// sendFromCopy sends from e's copy and read-unlocks e.mu; done says the
+// call is over (sent, or failed while sending), else the disk's file is
+// to send.
+func (f *file) sendFromCopy(e *entry, send func(fd int) error) (done bool, err error) {
+	started := false
+	err = f.t.withCopy(e, func(cf storage.File) error {
+		s, ok := cf.(sender)
+		if !ok {
+			return syscall.EOPNOTSUPP
+		}
+		return s.SendFrom(func(fd int) error { started = true; return send(fd) })
+	})
+	e.mu.RUnlock()
+	switch {
+	case err == nil:
+		f.t.hit(e, 0)
+		return true, nil
+	case !started:
+		if !errors.Is(err, syscall.EOPNOTSUPP) {
+			f.t.fastError(e, err)
+		}
+		return false, nil
+	default:
+		if errors.Is(err, syscall.EIO) {
+			f.t.fastError(e, err)
+		}
+		return true, err
+	}
+}
+
+// withCopy runs fn with e's copy, open (e.mu held; e complete).
+func (t *Tier) withCopy(e *entry, fn func(storage.File) error) error {
+	cf, done, err := t.copyFile(e)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(cf)
 }
 
 func passWriteback(f storage.File) error {

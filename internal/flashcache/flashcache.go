@@ -127,6 +127,46 @@ type Tier struct {
 
 	hits, misses, promoted, evicted atomic.Int64
 	readBytes                       atomic.Int64 // bytes read from the flash
+	openCopies                      atomic.Int64 // copies kept open (keep)
+	maxOpen                         int64        // maxOpenCopies (less in tests)
+}
+
+// maxOpenCopies bounds the copies a tier keeps open: a cache of a few
+// hundred GiB holds hundreds of thousands of chunk files. Past it a copy
+// is opened for each call (copyFile).
+const maxOpenCopies = 4096
+
+// keep returns f to be kept open by its entry, or closes it and returns
+// nil when maxOpenCopies are open.
+func (t *Tier) keep(f storage.File) storage.File {
+	if t.openCopies.Add(1) <= t.maxOpen {
+		return f
+	}
+	t.openCopies.Add(-1)
+	f.Close()
+	return nil
+}
+
+// closeCopy closes e's open copy, if any (e.mu held exclusively).
+func (t *Tier) closeCopy(e *entry) {
+	if e.f != nil {
+		e.f.Close()
+		e.f = nil
+		t.openCopies.Add(-1)
+	}
+}
+
+// copyFile returns e's copy, open, and what to call when done with it
+// (e.mu held; e complete).
+func (t *Tier) copyFile(e *entry) (storage.File, func(), error) {
+	if e.f != nil {
+		return e.f, func() {}, nil
+	}
+	f, err := t.fast.OpenFile(t.fastPath(e.rel), os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
 }
 
 // entry is one chunk file's copy on the flash.
@@ -135,7 +175,8 @@ type entry struct {
 	// mu is held shared while the copy is read or written through, and
 	// exclusively while it is made complete, evicted or dropped.
 	mu sync.RWMutex
-	// complete: the copy holds the file's bytes; f is its open file.
+	// complete: the copy holds the file's bytes; f is its open file, or
+	// nil past maxOpenCopies (copyFile opens it for each call).
 	// gen counts the writes to the file, so a promotion that a write
 	// overtook is not taken. Guarded by mu (and Tier.mu for elem).
 	complete  bool
@@ -178,7 +219,8 @@ func Open(cfg Config) (*Tier, error) {
 		*p = abs
 	}
 	t := &Tier{cfg: cfg, slow: cfg.Slow, fast: cfg.Fast, target: filepath.Clean(cfg.Target), dir: filepath.Clean(cfg.Dir),
-		entries: map[string]*entry{}, ghosts: map[string]time.Time{}, promotions: make(chan *entry, 256), stop: make(chan struct{})}
+		entries: map[string]*entry{}, ghosts: map[string]time.Time{}, promotions: make(chan *entry, 256), stop: make(chan struct{}),
+		maxOpen: maxOpenCopies}
 	if cfg.Mode == Off {
 		return t, nil
 	}
@@ -262,9 +304,12 @@ func (t *Tier) scan() error {
 			return err
 		}
 		rel, _ := filepath.Rel(t.dir, path)
-		f, err := t.fast.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			return err
+		var f storage.File
+		if t.openCopies.Load() < t.maxOpen {
+			if f, err = t.fast.OpenFile(path, os.O_RDWR, 0); err != nil {
+				return err
+			}
+			f = t.keep(f)
 		}
 		e := &entry{rel: rel, complete: true, f: f, size: size}
 		t.entries[rel] = e
@@ -277,9 +322,7 @@ func (t *Tier) scan() error {
 // empty removes every copy.
 func (t *Tier) empty() error {
 	for rel, e := range t.entries {
-		if e.f != nil {
-			e.f.Close()
-		}
+		t.closeCopy(e)
 		delete(t.entries, rel)
 	}
 	t.lru.Init()
@@ -334,10 +377,7 @@ func (t *Tier) Close() error {
 		t.mu.Unlock()
 		for _, e := range entries {
 			e.mu.Lock() // (entry locks are taken before t.mu, never after)
-			if e.f != nil {
-				e.f.Close()
-				e.f = nil
-			}
+			t.closeCopy(e)
 			e.complete = false
 			e.mu.Unlock()
 		}
@@ -397,10 +437,7 @@ func (t *Tier) fail(err error) {
 	t.cfg.Logf("flashcache: cache %s of target %s failed: %v; serving from the disk alone (write-through loses nothing)", t.dir, t.target, err)
 	for _, e := range entries {
 		e.mu.Lock()
-		if e.f != nil {
-			e.f.Close()
-			e.f = nil
-		}
+		t.closeCopy(e)
 		e.complete = false
 		e.mu.Unlock()
 	}
@@ -452,10 +489,7 @@ func (t *Tier) dropLocked(e *entry) {
 		t.used -= e.size
 	}
 	t.mu.Unlock()
-	if e.f != nil {
-		e.f.Close()
-		e.f = nil
-	}
+	t.closeCopy(e)
 	e.complete = false
 	t.fast.Remove(t.fastPath(e.rel))
 }

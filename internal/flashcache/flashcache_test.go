@@ -192,6 +192,32 @@ func TestWriteThroughKeepsTheDiskWholeAndCachesNewChunks(t *testing.T) {
 	}
 }
 
+// Past the copies a tier keeps open, each call opens the copy it needs:
+// written, read, promoted, cut and evicted alike.
+func TestCopiesPastTheOpenLimitAreOpenedForEachCall(t *testing.T) {
+	r := newRig(t, MinSize)
+	r.tier.maxOpen = 1
+	rnd := rand.New(rand.NewPCG(13, 14))
+	want := map[uint64][]byte{}
+	for idx := uint64(0); idx < 6; idx++ {
+		want[idx] = randBytes(rnd, 128<<10)
+		r.write(19, idx, 0, want[idx])
+	}
+	if err := r.tg.Truncate(19, 5, 1000); err != nil {
+		t.Fatal(err)
+	}
+	want[5] = want[5][:1000]
+	r.slow.Inject(storage.Fault{Ops: storage.OpRead, Path: "/chunks/", Err: syscall.EIO})
+	for idx, b := range want {
+		if !bytes.Equal(r.read(19, idx, 128<<10), b) {
+			t.Fatalf("chunk %d read from the flash differs", idx)
+		}
+	}
+	if n := r.tier.openCopies.Load(); n > 1 {
+		t.Fatalf("%d copies held open, limit 1", n)
+	}
+}
+
 // Written past the cache's size, the copies are evicted least recently
 // used first and never pass the size; every chunk still reads right.
 func TestEvictionKeepsTheCopiesWithinTheCacheSize(t *testing.T) {

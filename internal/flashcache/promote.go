@@ -144,7 +144,7 @@ func (t *Tier) promote(e *entry) {
 		}
 		return
 	}
-	e.f, e.complete, e.promoting, e.size = dst, true, false, size
+	e.f, e.complete, e.promoting, e.size = t.keep(dst), true, false, size
 	e.elem = t.lru.PushFront(e)
 	t.used += size
 	t.mu.Unlock()
