@@ -54,9 +54,12 @@ type Client struct {
 	// shardReads is how long shard reads take of late, for the delay
 	// after which a read is hedged (ecread.go).
 	shardReads latencyAverage
-	metas      []*rpc.Client // one per metadata replica
-	leader     atomic.Int32  // index in metas of the replica that answered last
-	session    uint64
+	// shardWrites likewise, for the grace a stripe's write gives its
+	// last shards (ecwrite.go).
+	shardWrites latencyAverage
+	metas       []*rpc.Client // one per metadata replica
+	leader      atomic.Int32  // index in metas of the replica that answered last
+	session     uint64
 
 	quotas quotaGate // what this client knows of the limited quotas (quota.go)
 

@@ -377,24 +377,7 @@ func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards 
 	errs := make([]error, len(shards))
 	deadline := time.Now().Add(c.cfg.GiveUp)
 	for {
-		each(len(shards), func(j int) error {
-			if wrote&(1<<j) != 0 {
-				return nil
-			}
-			errs[j] = nil
-			if len(shards[j]) > 0 {
-				errs[j] = c.shardCall(chains[j], func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
-					r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
-					return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
-				})
-			}
-			if errs[j] == nil {
-				mu.Lock()
-				wrote |= 1 << j
-				mu.Unlock()
-			}
-			return nil
-		})
+		c.sendShards(l, index, chains, shards, &mu, &wrote, errs)
 		k := l.geo.Data
 		if bits.OnesCount32(wrote) >= k {
 			return wrote, nil
@@ -409,6 +392,80 @@ func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// sendShards writes the shards not in *wrote yet, in parallel, and adds
+// those written to *wrote (under mu). It waits for every one, but once K
+// are written it gives the others a grace of four times the recent shard
+// writes (100 ms to 1 s) and then ends them: a hung or slow target costs
+// a stripe that grace, not ecShardTimeout, and its shard is left out of
+// the version (recorded degraded, and repaired); the target is then
+// skipped for a while, as one that did not answer.
+func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte, mu *sync.Mutex, wrote *uint32, errs []error) {
+	beaten := make(chan struct{})
+	done := make(chan int, len(shards))
+	pending := 0
+	for j := range shards {
+		mu.Lock()
+		skip := *wrote&(1<<j) != 0
+		mu.Unlock()
+		if skip {
+			continue
+		}
+		pending++
+		go func() {
+			start := time.Now()
+			errs[j] = nil
+			if len(shards[j]) > 0 {
+				errs[j] = c.shardCallUnless(beaten, chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
+					r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
+					return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
+				})
+			}
+			if errs[j] == nil {
+				c.shardWrites.add(time.Since(start))
+				mu.Lock()
+				*wrote |= 1 << j
+				mu.Unlock()
+			}
+			done <- j
+		}()
+	}
+	var grace <-chan time.Time
+	left := map[int]bool{}
+	for j := range shards {
+		left[j] = true
+	}
+	for pending > 0 {
+		select {
+		case j := <-done:
+			pending--
+			delete(left, j)
+			mu.Lock()
+			enough := bits.OnesCount32(*wrote) >= l.geo.Data
+			mu.Unlock()
+			if enough && grace == nil && pending > 0 {
+				grace = time.After(c.writeGrace())
+			}
+		case <-grace:
+			close(beaten)
+			for ; pending > 0; pending-- {
+				<-done // ended: they send from shards no more
+			}
+			for j := range left {
+				if len(shards[j]) > 0 && *wrote&(1<<j) == 0 {
+					c.unanswered.mark(chains[j])
+				}
+			}
+			return
+		}
+	}
+}
+
+// writeGrace is how long a stripe's write waits for its last shards once
+// K are written.
+func (c *Client) writeGrace() time.Duration {
+	return min(max(4*c.shardWrites.get(), 100*time.Millisecond), ecShardTimeout/2)
 }
 
 // addRange adds [a, b) to a sorted list of disjoint ranges, merging.
