@@ -37,7 +37,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,7 +268,7 @@ func sameFileSystem(a, b string) (bool, error) {
 // or empties the cache, and records that it is in use (not clean).
 func (t *Tier) load() error {
 	var m manifest
-	b, err := readAll(t.fast, filepath.Join(t.dir, manifestName))
+	b, err := storage.ReadFile(t.fast, filepath.Join(t.dir, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil // a new cache
 	}
@@ -337,25 +336,7 @@ func (t *Tier) empty() error {
 
 func (t *Tier) writeManifest(clean bool) error {
 	b, _ := json.Marshal(manifest{Target: t.target, Clean: clean})
-	name := filepath.Join(t.dir, manifestName)
-	f, err := t.fast.OpenFile(name+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = t.fast.Rename(name+".tmp", name)
-	}
-	if err == nil {
-		err = t.fast.SyncDir(t.dir)
-	}
-	return err
+	return storage.WriteFileAtomic(t.fast, filepath.Join(t.dir, manifestName), b)
 }
 
 // Close stops the promoter and marks the cache clean, so that the next
@@ -552,22 +533,4 @@ func (t *Tier) Report() proto.CacheReport {
 	return proto.CacheReport{Path: t.target, Dir: s.Dir, Mode: s.Mode, Size: uint64(s.Size), Used: uint64(s.Used),
 		Files: uint64(s.Files), Hits: uint64(s.Hits), Misses: uint64(s.Misses), Promoted: uint64(s.Promoted),
 		Evicted: uint64(s.Evicted), Failed: s.Failed}
-}
-
-func readAll(fsys storage.FS, name string) ([]byte, error) {
-	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, size)
-	n, err := f.ReadAt(b, 0)
-	if err == io.EOF {
-		err = nil
-	}
-	return b[:n], err
 }

@@ -155,8 +155,8 @@ func (OSFS) Lock(name string) (io.Closer, error) {
 	return f, nil // closing the file releases the lock
 }
 
-// readFile reads a whole small file through fs.
-func readFile(fs FS, name string) ([]byte, error) {
+// ReadFile reads a whole small file (at most 1 MiB) through fs.
+func ReadFile(fs FS, name string) ([]byte, error) {
 	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
@@ -176,9 +176,9 @@ func readFile(fs FS, name string) ([]byte, error) {
 	return b, nil
 }
 
-// writeFileAtomic replaces name with data so that after a crash the file
+// WriteFileAtomic replaces name with data so that after a crash the file
 // holds either the old or the new contents, never a mix.
-func writeFileAtomic(fs FS, name string, data []byte) error {
+func WriteFileAtomic(fs FS, name string, data []byte) error {
 	tmp := name + ".tmp"
 	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -50,7 +50,7 @@ func (s *Service) recordVersions(v *chainView) {
 				s.logf("storage: recording chain %d version: %v", c.ID, err)
 				continue
 			}
-			if err := writeFileAtomic(s.cfg.FS, filepath.Join(dir, knownVersionFile), []byte(strconv.FormatUint(uint64(c.Version), 10)+"\n")); err != nil {
+			if err := WriteFileAtomic(s.cfg.FS, filepath.Join(dir, knownVersionFile), []byte(strconv.FormatUint(uint64(c.Version), 10)+"\n")); err != nil {
 				s.logf("storage: recording chain %d version: %v", c.ID, err)
 				continue
 			}
@@ -72,7 +72,7 @@ func (s *Service) knownChainVersions() []proto.ChainVersion {
 			continue
 		}
 		for _, id := range ids {
-			b, err := readFile(s.cfg.FS, filepath.Join(chainStoreDir(tg, id), knownVersionFile))
+			b, err := ReadFile(s.cfg.FS, filepath.Join(chainStoreDir(tg, id), knownVersionFile))
 			if err != nil {
 				continue
 			}

@@ -405,7 +405,7 @@ func (s *Service) stateDir() string {
 }
 
 func (s *Service) lastScrub() time.Time {
-	b, err := readFile(s.cfg.FS, filepath.Join(s.stateDir(), scrubState))
+	b, err := ReadFile(s.cfg.FS, filepath.Join(s.stateDir(), scrubState))
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.logf("storage: %v", err)
@@ -424,7 +424,7 @@ func (s *Service) lastScrub() time.Time {
 
 func (s *Service) saveLastScrub(t time.Time) {
 	b, _ := json.Marshal(map[string]int64{"last_done_ms": t.UnixMilli()})
-	if err := writeFileAtomic(s.cfg.FS, filepath.Join(s.stateDir(), scrubState), b); err != nil {
+	if err := WriteFileAtomic(s.cfg.FS, filepath.Join(s.stateDir(), scrubState), b); err != nil {
 		s.logf("storage: recording the scrub schedule: %v", err)
 	}
 }

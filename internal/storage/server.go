@@ -225,7 +225,7 @@ func loadServerUUID(fsys FS, dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "server.uuid")
-	b, err := readFile(fsys, path)
+	b, err := ReadFile(fsys, path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
 		if id == "" || len(id) > 64 {
@@ -237,7 +237,7 @@ func loadServerUUID(fsys FS, dir string) (string, error) {
 		return "", err
 	}
 	id := newUUID()
-	return id, writeFileAtomic(fsys, path, []byte(id+"\n"))
+	return id, WriteFileAtomic(fsys, path, []byte(id+"\n"))
 }
 
 // indexTargets rebuilds the routing table from the targets' IDs.

@@ -129,7 +129,7 @@ func OpenTarget(dir string, opts Options) (*Target, error) {
 }
 
 func (t *Target) loadOrFormat(names []string, finishFormat bool) error {
-	b, err := readFile(t.fs, filepath.Join(t.dir, "target.json"))
+	b, err := ReadFile(t.fs, filepath.Join(t.dir, "target.json"))
 	switch {
 	case err == nil:
 		var m targetMeta
@@ -228,7 +228,7 @@ func (t *Target) writeMeta(id uint32) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(t.fs, filepath.Join(t.dir, "target.json"), append(b, '\n'))
+	return WriteFileAtomic(t.fs, filepath.Join(t.dir, "target.json"), append(b, '\n'))
 }
 
 // newUUID returns a random (version 4) UUID.
