@@ -160,41 +160,41 @@ func (f *file) readCopy(e *entry, b []byte, off int64) (int, error) {
 // WriteAt writes to the disk, then to the copy. A copy that the write
 // could not reach is dropped: it would be older than the disk.
 func (f *file) WriteAt(b []byte, off int64) (int, error) {
-	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) { return sf.WriteAt(b, off) }, b)
+	return f.writeThrough(b, off, func(sf storage.File) (int, error) { return sf.WriteAt(b, off) })
 }
 
 // WriteDirect and WriteDropBehind are writes the engine keeps off the page
 // cache (a chain member's copy, a resync's): they go to the disk that way,
 // and to the copy as ordinary writes.
 func (f *file) WriteDirect(b []byte, off int64) (int, error) {
-	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) {
+	return f.writeThrough(b, off, func(sf storage.File) (int, error) {
 		if d, ok := sf.(interface {
 			WriteDirect([]byte, int64) (int, error)
 		}); ok {
 			return d.WriteDirect(b, off)
 		}
 		return sf.WriteAt(b, off)
-	}, b)
+	})
 }
 
 func (f *file) WriteDropBehind(b []byte, off int64) (int, error) {
-	return f.writeThrough(off, len(b), func(sf storage.File) (int, error) {
+	return f.writeThrough(b, off, func(sf storage.File) (int, error) {
 		if d, ok := sf.(interface {
 			WriteDropBehind([]byte, int64) (int, error)
 		}); ok {
 			return d.WriteDropBehind(b, off)
 		}
 		return sf.WriteAt(b, off)
-	}, b)
+	})
 }
 
-// writeThrough runs write on the disk's file and then, if the file has a
-// complete copy, writes b at off to the copy too. The entry is looked up,
+// writeThrough runs write (of b at off) on the disk's file and then, if
+// the file has a complete copy, writes b at off to the copy too. The entry is looked up,
 // and its generation moved on, only after the disk's write: a promotion
 // that copied the file before the write landed sees the generation move
 // and throws its copy away, and one that completes before the write looks
 // gets the write too.
-func (f *file) writeThrough(off int64, n int, write func(storage.File) (int, error), b []byte) (int, error) {
+func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, error)) (int, error) {
 	wrote, err := write(f.slow)
 	e := f.t.lookup(f.rel)
 	if e == nil {
@@ -216,7 +216,7 @@ func (f *file) writeThrough(off int64, n int, write func(storage.File) (int, err
 		f.t.fastError(e, ferr)
 		return wrote, nil
 	}
-	f.t.grew(e, off+int64(n))
+	f.t.grew(e, off+int64(len(b)))
 	return wrote, nil
 }
 

@@ -63,9 +63,14 @@ func (l *liveness) heartbeat(r *proto.HeartbeatReq) {
 func (l *liveness) cacheReports() []proto.CacheReport {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []proto.CacheReport
-	for _, id := range slices.Sorted(maps.Keys(l.caches)) {
-		out = append(out, l.caches[id]...)
+	return byServer(l.caches)
+}
+
+// byServer lists the reports of every server, in the order of their IDs.
+func byServer[T any](m map[uint32][]T) []T {
+	var out []T
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[id]...)
 	}
 	return out
 }
@@ -76,11 +81,7 @@ func (l *liveness) cacheReports() []proto.CacheReport {
 func (l *liveness) scrubReports() []proto.ScrubProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []proto.ScrubProgress
-	for _, id := range slices.Sorted(maps.Keys(l.scrubs)) {
-		out = append(out, l.scrubs[id]...)
-	}
-	return out
+	return byServer(l.scrubs)
 }
 
 // lastPublic is when server id was last heard from on the network clients
