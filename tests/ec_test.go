@@ -165,20 +165,13 @@ func TestErasureCodedFilesReadBackWithAnyTwoServersGone(t *testing.T) {
 	}
 
 	// Where the shards live: six servers, one shard each.
-	out, err := runTandem(t, "stripe", "get", "--json", filepath.Join(dir, "stripes-and-tail"))
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	var l fuse.Layout
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	l := fileLayout(t, filepath.Join(dir, "stripes-and-tail"))
 	servers := map[uint32]bool{}
 	for _, sh := range l.EC.Shards {
 		servers[sh.Server] = true
 	}
 	if l.EC == nil || l.EC.Data != 4 || l.EC.Parity != 2 || len(l.EC.Shards) != 6 || len(servers) != 6 {
-		t.Fatalf("stripe get --json: %s", out)
+		t.Fatalf("stripe get --json: %+v", l)
 	}
 
 	// Any two servers: every file reads back identical, and a new file
@@ -248,7 +241,7 @@ func TestErasureCodedFilesReadBackWithAnyTwoServersGone(t *testing.T) {
 	}
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 	lost := removeChunks(t, filepath.Join(c.Dir(), "storage", "storage1"), ino)
-	out, err = runTandem(t, "ec", "repair", "--data", c.Dir(), dir)
+	out, err := runTandem(t, "ec", "repair", "--data", c.Dir(), dir)
 	if err != nil {
 		t.Fatalf("ec repair: %v\n%s", err, out)
 	}
@@ -545,18 +538,13 @@ func TestShardsOnePerRackSurviveTheLossOfARack(t *testing.T) {
 		m.writeAt(t, f, 0, seededBytes(r, 300000))
 		f.Close()
 		files = append(files, m)
-		out, err := runTandem(t, "stripe", "get", "--json", m.path)
-		if err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		var l fuse.Layout
-		json.Unmarshal([]byte(out), &l)
+		l := fileLayout(t, m.path)
 		racks := map[string]bool{}
 		for _, sh := range l.EC.Shards {
 			racks[sh.Rack] = true
 		}
 		if l.EC == nil || l.EC.FailureDomain != "rack" || len(l.EC.Shards) != 3 || len(racks) != 3 {
-			t.Fatalf("%s: layout %s, want its 3 shards in 3 racks", m.path, out)
+			t.Fatalf("%s: layout %+v, want its 3 shards in 3 racks", m.path, l.EC)
 		}
 	}
 	// rack1 holds storage1 and storage4 (tandem up labels in turn).
@@ -612,12 +600,7 @@ func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	for _, m := range files {
-		out, err := runTandem(t, "stripe", "get", "--json", m.path)
-		if err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		var l fuse.Layout
-		json.Unmarshal([]byte(out), &l)
+		l := fileLayout(t, m.path)
 		servers := map[uint32]bool{}
 		for _, sh := range l.EC.Shards {
 			if sh.Addr == gone {
@@ -626,7 +609,7 @@ func TestShardsOfAServerGoneForGoodAreRebuiltElsewhere(t *testing.T) {
 			servers[sh.Server] = true
 		}
 		if len(servers) != 6 {
-			t.Fatalf("%s: shards on %d servers, want 6: %s", m.path, len(servers), out)
+			t.Fatalf("%s: shards on %d servers, want 6: %+v", m.path, len(servers), l.EC)
 		}
 	}
 	// Two more may go now.
@@ -726,19 +709,6 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	layout := func() fuse.Layout {
-		t.Helper()
-		out, err := runTandem(t, "stripe", "get", "--json", m.path)
-		if err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		var l fuse.Layout
-		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return l
-	}
-
 	time.Sleep(3 * time.Second)
 	// Each conversion, then the old layout's chunks deleted (the targets
 	// hold what the new layout costs), and every byte the same.
@@ -755,7 +725,7 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 		if out, err := runTandem(t, append(args, dir)...); err != nil {
 			t.Fatalf("ec convert %v: %v\n%s", step.flags, err, out)
 		}
-		l := layout()
+		l := fileLayout(t, m.path)
 		if (step.data == 0 && (l.EC != nil || l.Replicas != 2)) || (step.data > 0 && (l.EC == nil || l.EC.Data != step.data)) {
 			t.Fatalf("after ec convert %v the layout is %+v", step.flags, l)
 		}
@@ -775,7 +745,7 @@ func TestConvertingFilesBetweenCopiesAndErasureCodingKeepsEveryByte(t *testing.T
 	if err == nil || !strings.Contains(out, "open for writing") {
 		t.Fatalf("ec convert of a file open for writing: %v\n%s", err, out)
 	}
-	if l := layout(); l.EC != nil {
+	if l := fileLayout(t, m.path); l.EC != nil {
 		t.Fatalf("a refused conversion changed the layout: %+v", l)
 	}
 	if err := f.Close(); err != nil {
@@ -914,13 +884,9 @@ func TestAReadDoesNotWaitForASlowShard(t *testing.T) {
 // erasure-coded file path.
 func serverOfShard(t *testing.T, c *testcluster.Cluster, path string, j int) string {
 	t.Helper()
-	out, err := runTandem(t, "stripe", "get", "--json", path)
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	var l fuse.Layout
-	if err := json.Unmarshal([]byte(out), &l); err != nil || l.EC == nil || len(l.EC.Shards) <= j {
-		t.Fatalf("stripe get --json %s: %v\n%s", path, err, out)
+	l := fileLayout(t, path)
+	if l.EC == nil || len(l.EC.Shards) <= j {
+		t.Fatalf("stripe get --json %s: no shard %d: %+v", path, j, l)
 	}
 	for _, s := range c.Layout.Servers {
 		if s.Listen == l.EC.Shards[j].Addr {
