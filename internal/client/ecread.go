@@ -63,8 +63,8 @@ func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 	return c.readShardUnless(nil, l, v, j, off, dst)
 }
 
-// readShardUnless is readShard that stops when done is closed.
-func (c *Client) readShardUnless(done <-chan struct{}, l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+// readShardUnless is readShard that stops when beaten ends.
+func (c *Client) readShardUnless(beaten context.Context, l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	have := l.geo.ShardLen(j, uint64(v.Encoded))
 	clear(dst)
 	if off >= have {
@@ -75,7 +75,7 @@ func (c *Client) readShardUnless(done <-chan struct{}, l *ecLayout, v proto.ECSt
 		return errShardMissing
 	}
 	start := time.Now()
-	err := c.shardCallUnless(done, l.chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+	err := c.shardCallUnless(beaten, l.chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 		got, err := readChunk(ctx, rt, s, l.ino, proto.ECChunkIndex(v.Gen, v.Stripe), uint32(off), want)
 		if err == nil && got < len(want) {
 			return errShardShort
@@ -156,7 +156,8 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 // bytes (a hedged read: a slow disk or a hung server costs a read that
 // delay, not ecShardTimeout). A shard the rebuild beat is suspect.
 func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
-	beaten := make(chan struct{})
+	beaten, beat := context.WithCancel(context.Background())
+	defer beat()
 	primary := make(chan error, 1)
 	go func() { primary <- c.readShardUnless(beaten, l, v, j, off, dst) }()
 	hedge := time.NewTimer(c.hedgeDelay())
@@ -186,7 +187,7 @@ func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 		if err != nil {
 			return <-primary
 		}
-		close(beaten)
+		beat()
 		<-primary // ended: it writes into dst no more
 		copy(dst, rebuilt)
 		ecHedgeWins.Inc()

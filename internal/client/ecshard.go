@@ -25,32 +25,6 @@ var errShardUnanswered = errors.New("the shard's target does not answer")
 // errShardBeaten: the call was ended because another read gave the bytes.
 var errShardBeaten = errors.New("another read gave the bytes first")
 
-// cancelWhenClosed calls cancel when done is closed (never for a nil
-// done), until the returned function is called.
-func cancelWhenClosed(done <-chan struct{}, cancel func()) (stop func()) {
-	if done == nil {
-		return func() {}
-	}
-	finished := make(chan struct{})
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-finished:
-		}
-	}()
-	return func() { close(finished) }
-}
-
-func isClosed(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
 // suspects are chains (of one target) that did not answer lately.
 type suspects struct {
 	mu    sync.Mutex
@@ -92,10 +66,10 @@ func (c *Client) shardCallWithin(chain uint32, timeout time.Duration, call func(
 	return c.shardCallUnless(nil, chain, timeout, call)
 }
 
-// shardCallUnless is shardCallWithin that also ends when done is closed
-// (a hedged read that another read beat); a call ended that way does not
-// make its target suspect, since it was not given the time to answer.
-func (c *Client) shardCallUnless(done <-chan struct{}, chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
+// shardCallUnless is shardCallWithin that also ends when beaten does (a
+// hedged call that another beat; nil: never); a call ended that way does
+// not make its target suspect, since it was not given the time to answer.
+func (c *Client) shardCallUnless(beaten context.Context, chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
 	if c.unanswered.is(chain) {
 		return errShardUnanswered
 	}
@@ -107,7 +81,10 @@ func (c *Client) shardCallUnless(done <-chan struct{}, chain uint32, timeout tim
 			return err
 		}
 		ctx, cancel := context.WithTimeout(c.epochs.Context(rt.Chain, rt.Version), timeout)
-		stopWatching := cancelWhenClosed(done, cancel)
+		stopWatching := func() bool { return false }
+		if beaten != nil {
+			stopWatching = context.AfterFunc(beaten, cancel)
+		}
 		err = call(ctx, rt, s)
 		timedOut := ctx.Err() != nil
 		stopWatching()
@@ -116,7 +93,7 @@ func (c *Client) shardCallUnless(done <-chan struct{}, chain uint32, timeout tim
 		case err == nil:
 			c.unanswered.clear(chain)
 			return nil
-		case isClosed(done):
+		case beaten != nil && beaten.Err() != nil:
 			return errors.Join(errShardBeaten, err)
 		case rpc.IsNetError(err) || timedOut:
 			c.unanswered.mark(chain)

@@ -402,7 +402,8 @@ func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards 
 // the version (recorded degraded, and repaired); the target is then
 // skipped for a while, as one that did not answer.
 func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte, mu *sync.Mutex, wrote *uint32, errs []error) {
-	beaten := make(chan struct{})
+	beaten, beat := context.WithCancel(context.Background())
+	defer beat()
 	done := make(chan int, len(shards))
 	pending := 0
 	for j := range shards {
@@ -448,7 +449,7 @@ func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [
 				grace = time.After(c.writeGrace())
 			}
 		case <-grace:
-			close(beaten)
+			beat()
 			for ; pending > 0; pending-- {
 				<-done // ended: they send from shards no more
 			}
