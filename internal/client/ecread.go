@@ -207,16 +207,27 @@ const (
 	ecHedgeMax = 500 * time.Millisecond
 )
 
+// Before any shard read was timed (a new mount, whose first reads also
+// dial the servers) a read waits ecHedgeMax.
 func (c *Client) hedgeDelay() time.Duration {
-	return min(max(4*c.shardReads.get(), ecHedgeMin), ecHedgeMax)
+	avg := c.shardReads.get()
+	if avg == 0 {
+		return ecHedgeMax
+	}
+	return min(max(4*avg, ecHedgeMin), ecHedgeMax)
 }
 
-// latencyAverage is a moving average of durations (weight 1/8), safe for
-// concurrent use; a lost update only blurs it.
+// latencyAverage is a moving average of durations (weight 1/8; the first
+// taken whole), safe for concurrent use; a lost update only blurs it.
+// Zero: nothing timed yet.
 type latencyAverage struct{ ns atomic.Int64 }
 
 func (a *latencyAverage) add(d time.Duration) {
 	old := a.ns.Load()
+	if old == 0 {
+		a.ns.Store(max(int64(d), 1))
+		return
+	}
 	a.ns.Store(old + (int64(d)-old)/8)
 }
 

@@ -466,7 +466,11 @@ func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [
 // writeGrace is how long a stripe's write waits for its last shards once
 // K are written.
 func (c *Client) writeGrace() time.Duration {
-	return min(max(4*c.shardWrites.get(), 100*time.Millisecond), ecShardTimeout/2)
+	avg := c.shardWrites.get()
+	if avg == 0 {
+		return ecShardTimeout / 2 // nothing timed yet
+	}
+	return min(max(4*avg, 100*time.Millisecond), ecShardTimeout/2)
 }
 
 // addRange adds [a, b) to a sorted list of disjoint ranges, merging.
