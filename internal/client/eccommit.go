@@ -142,7 +142,9 @@ func (c *Client) syncShardChains(ino uint64, chains []uint32, byChain map[uint32
 	each(len(chains), func(i int) error {
 		indexes := byChain[chains[i]]
 		timeout := ecShardTimeout + time.Duration(len(indexes))*ecSyncPerChunk
-		errs[i] = c.shardCallWithin(chains[i], timeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+		// Asked even if suspect since: it took the shards' writes, and a
+		// sync skipped would drop them from their stripes.
+		errs[i] = c.shardCallAsking(nil, true, chains[i], timeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 			r := proto.ChunkSyncReq{Routing: rt, Ino: ino, Indexes: indexes}
 			return s.CallContext(ctx, proto.OpChunkSync, r.Encode, nil)
 		})

@@ -59,12 +59,14 @@ var (
 
 // readShard reads dst from shard j of version v at offset off inside the
 // shard. Past the shard's length it reads zeros without asking.
+// A target that did not answer lately is not asked (errShardSkipped).
 func (c *Client) readShard(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
-	return c.readShardUnless(nil, l, v, j, off, dst)
+	return c.readShardUnless(nil, false, l, v, j, off, dst)
 }
 
-// readShardUnless is readShard that stops when beaten ends.
-func (c *Client) readShardUnless(beaten context.Context, l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
+// readShardUnless is readShard that stops when beaten ends and, with
+// askSuspect, asks a target that did not answer lately too.
+func (c *Client) readShardUnless(beaten context.Context, askSuspect bool, l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	have := l.geo.ShardLen(j, uint64(v.Encoded))
 	clear(dst)
 	if off >= have {
@@ -75,7 +77,7 @@ func (c *Client) readShardUnless(beaten context.Context, l *ecLayout, v proto.EC
 		return errShardMissing
 	}
 	start := time.Now()
-	err := c.shardCallUnless(beaten, l.chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
+	err := c.shardCallAsking(beaten, askSuspect, l.chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, s *rpc.Client) error {
 		got, err := readChunk(ctx, rt, s, l.ino, proto.ECChunkIndex(v.Gen, v.Stripe), uint32(off), want)
 		if err == nil && got < len(want) {
 			return errShardShort
@@ -107,16 +109,13 @@ func (c *Client) readVersion(l *ecLayout, v proto.ECStripe, off uint64, dst []by
 // shards' bytes at the same offset: a degraded read. It asks all the
 // others and decodes from the first K to answer, so one more slow target
 // does not hold it up; the later answers land in buffers no one reads.
+// Targets that did not answer lately are asked only if K cannot be had
+// without them.
 func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst []byte) error {
 	n := len(dst)
 	shards := make([][]byte, l.geo.Shards())
-	type answer struct {
-		i   int
-		b   []byte
-		err error
-	}
-	answers := make(chan answer, len(shards))
-	have, asked := 0, 0
+	var ask []int
+	have := 0
 	for i := range shards {
 		if i == j {
 			continue
@@ -126,21 +125,12 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 			have++
 			continue
 		}
-		asked++
-		go func() {
-			b := make([]byte, n)
-			answers <- answer{i, b, c.readShard(l, v, i, off, b)}
-		}()
+		ask = append(ask, i)
 	}
-	var errs []error
-	for ; asked > 0 && have < l.geo.Data; asked-- {
-		a := <-answers
-		if a.err != nil {
-			errs = append(errs, a.err)
-			continue
-		}
-		shards[a.i] = a.b
-		have++
+	skipped, errs := c.gatherShards(l, v, off, n, shards, ask, &have, false)
+	if have < l.geo.Data && len(skipped) > 0 {
+		_, more := c.gatherShards(l, v, off, n, shards, skipped, &have, true)
+		errs = append(errs, more...)
 	}
 	if err := l.codec.ReconstructData(shards, n); err != nil {
 		return rpc.Errorf(syscall.EIO, "stripe %d of file %d: %v (%v)", v.Stripe, l.ino, err, errors.Join(errs...))
@@ -148,6 +138,37 @@ func (c *Client) rebuildPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, 
 	copy(dst, shards[j])
 	ecDegradedReads.Inc()
 	return nil
+}
+
+// gatherShards reads the shards in ask, n bytes each at off, in parallel
+// into shards until *have reaches K. It returns those not asked, their
+// targets being suspect, and the others' errors.
+func (c *Client) gatherShards(l *ecLayout, v proto.ECStripe, off uint64, n int, shards [][]byte, ask []int, have *int, askSuspect bool) (skipped []int, errs []error) {
+	type answer struct {
+		i   int
+		b   []byte
+		err error
+	}
+	answers := make(chan answer, len(ask))
+	for _, i := range ask {
+		go func() {
+			b := make([]byte, n)
+			answers <- answer{i, b, c.readShardUnless(nil, askSuspect, l, v, i, off, b)}
+		}()
+	}
+	for left := len(ask); left > 0 && *have < l.geo.Data; left-- {
+		a := <-answers
+		switch {
+		case a.err == nil:
+			shards[a.i] = a.b
+			*have++
+		case errors.Is(a.err, errShardSkipped):
+			skipped = append(skipped, a.i)
+		default:
+			errs = append(errs, a.err)
+		}
+	}
+	return skipped, errs
 }
 
 // readPiece fills dst with shard j's bytes at off. A shard read that
@@ -159,15 +180,20 @@ func (c *Client) readPiece(l *ecLayout, v proto.ECStripe, j int, off uint64, dst
 	beaten, beat := context.WithCancel(context.Background())
 	defer beat()
 	primary := make(chan error, 1)
-	go func() { primary <- c.readShardUnless(beaten, l, v, j, off, dst) }()
+	go func() { primary <- c.readShardUnless(beaten, false, l, v, j, off, dst) }()
 	hedge := time.NewTimer(c.hedgeDelay())
 	defer hedge.Stop()
 	select {
 	case err := <-primary:
-		if err != nil {
-			return c.rebuildPiece(l, v, j, off, dst)
+		if err == nil {
+			return nil
 		}
-		return nil
+		rerr := c.rebuildPiece(l, v, j, off, dst)
+		if rerr != nil && errors.Is(err, errShardSkipped) &&
+			c.readShardUnless(nil, true, l, v, j, off, dst) == nil {
+			return nil // too few others: the shard's own target after all
+		}
+		return rerr
 	case <-hedge.C:
 	}
 	ecHedgedReads.Inc()

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,9 @@ const ecSuspectFor = 3 * time.Second
 // errShardUnanswered: the shard's target did not answer this call or one
 // shortly before.
 var errShardUnanswered = errors.New("the shard's target does not answer")
+
+// errShardSkipped: the call was not made, its target being suspect.
+var errShardSkipped = fmt.Errorf("%w lately: not asked", errShardUnanswered)
 
 // errShardBeaten: the call was ended because another read gave the bytes.
 var errShardBeaten = errors.New("another read gave the bytes first")
@@ -57,21 +61,22 @@ func (s *suspects) clear(chain uint32) {
 // EAGAIN) until ecShardGiveUp. A target that does not answer, or not in
 // time, is suspect for ecSuspectFor.
 func (c *Client) shardCall(chain uint32, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
-	return c.shardCallWithin(chain, ecShardTimeout, call)
+	return c.shardCallUnless(nil, chain, ecShardTimeout, call)
 }
 
-// shardCallWithin is shardCall with timeout for each call: a sync of many
-// shard chunks takes longer than a write of one.
-func (c *Client) shardCallWithin(chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
-	return c.shardCallUnless(nil, chain, timeout, call)
-}
-
-// shardCallUnless is shardCallWithin that also ends when beaten does (a
+// shardCallUnless is shardCall with a timeout of its own (a sync of many
+// chunks takes longer than a write of one) that also ends when beaten does (a
 // hedged call that another beat; nil: never); a call ended that way does
 // not make its target suspect, since it was not given the time to answer.
 func (c *Client) shardCallUnless(beaten context.Context, chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
-	if c.unanswered.is(chain) {
-		return errShardUnanswered
+	return c.shardCallAsking(beaten, false, chain, timeout, call)
+}
+
+// shardCallAsking is shardCallUnless that, with askSuspect, calls a
+// suspect target too: a rebuild that cannot find K shards without it.
+func (c *Client) shardCallAsking(beaten context.Context, askSuspect bool, chain uint32, timeout time.Duration, call func(ctx context.Context, rt proto.Routing, s *rpc.Client) error) error {
+	if !askSuspect && c.unanswered.is(chain) {
+		return errShardSkipped
 	}
 	deadline := time.Now().Add(ecShardGiveUp)
 	for {

@@ -370,17 +370,21 @@ func (c *Client) sendImage(st *fileState, l *ecLayout, s uint64, img *ecImage) e
 // returns the bitmap of those written. With fewer than K written the
 // stripe could not be read back: the shards not written are tried again,
 // as a replicated write waits for its chain, until K are or the mount's
-// give-up time has passed (then EIO).
+// give-up time has passed (then EIO). The first try skips targets that
+// did not answer lately; the next ones ask them too.
 func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte) (uint32, error) {
 	var mu sync.Mutex
 	var wrote uint32
 	errs := make([]error, len(shards))
 	deadline := time.Now().Add(c.cfg.GiveUp)
-	for {
-		c.sendShards(l, index, chains, shards, &mu, &wrote, errs)
+	for try := 0; ; try++ {
+		c.sendShards(l, index, chains, shards, try > 0, &mu, &wrote, errs)
 		k := l.geo.Data
 		if bits.OnesCount32(wrote) >= k {
 			return wrote, nil
+		}
+		if try == 0 && slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, errShardSkipped) }) {
+			continue // too few without the suspects: ask them at once
 		}
 		if c.cfg.GiveUp > 0 && time.Now().After(deadline) {
 			return 0, rpc.Errorf(syscall.EIO, "stripe %d of file %d: %d of %d shards written, %d needed: %v",
@@ -395,13 +399,17 @@ func (c *Client) writeShards(l *ecLayout, index uint64, chains []uint32, shards 
 }
 
 // sendShards writes the shards not in *wrote yet, in parallel, and adds
-// those written to *wrote (under mu). It waits for every one, but once K
-// are written it gives the others a grace of four times the recent shard
-// writes (100 ms to 1 s) and then ends them: a hung or slow target costs
-// a stripe that grace, not ecShardTimeout, and its shard is left out of
-// the version (recorded degraded, and repaired); the target is then
-// skipped for a while, as one that did not answer.
-func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte, mu *sync.Mutex, wrote *uint32, errs []error) {
+// those written to *wrote (under mu); with askSuspect it writes to
+// targets that did not answer lately too. It waits for every one, but once
+// K+1 are written it gives the others a grace of four times the recent
+// shard writes (1 s to ecShardTimeout) and then ends them: a hung or slow
+// target costs a stripe that grace, and its shard is left out of the
+// version (recorded degraded, and repaired); the target is then skipped
+// for a while, as one that did not answer. K+1, not K: an acknowledged
+// stripe still survives the loss of another server while it waits for
+// its repair; and a floor of a second, because on a loaded host healthy
+// shards take hundreds of milliseconds and every cut spends redundancy.
+func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [][]byte, askSuspect bool, mu *sync.Mutex, wrote *uint32, errs []error) {
 	beaten, beat := context.WithCancel(context.Background())
 	defer beat()
 	done := make(chan int, len(shards))
@@ -418,7 +426,7 @@ func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [
 			start := time.Now()
 			errs[j] = nil
 			if len(shards[j]) > 0 {
-				errs[j] = c.shardCallUnless(beaten, chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
+				errs[j] = c.shardCallAsking(beaten, askSuspect, chains[j], ecShardTimeout, func(ctx context.Context, rt proto.Routing, srv *rpc.Client) error {
 					r := proto.ChunkWriteReq{Chunk: proto.ChunkRef{Routing: rt, Ino: l.ino, Index: index}, Data: shards[j]}
 					return srv.CallDataContext(ctx, proto.OpChunkWrite, r.EncodeHead, r.Data, nil)
 				})
@@ -443,7 +451,7 @@ func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [
 			pending--
 			delete(left, j)
 			mu.Lock()
-			enough := bits.OnesCount32(*wrote) >= l.geo.Data
+			enough := bits.OnesCount32(*wrote) >= l.geo.Data+1
 			mu.Unlock()
 			if enough && grace == nil && pending > 0 {
 				grace = time.After(c.writeGrace())
@@ -468,9 +476,9 @@ func (c *Client) sendShards(l *ecLayout, index uint64, chains []uint32, shards [
 func (c *Client) writeGrace() time.Duration {
 	avg := c.shardWrites.get()
 	if avg == 0 {
-		return ecShardTimeout / 2 // nothing timed yet
+		return ecShardTimeout // nothing timed yet
 	}
-	return min(max(4*avg, 100*time.Millisecond), ecShardTimeout/2)
+	return min(max(4*avg, time.Second), ecShardTimeout)
 }
 
 // addRange adds [a, b) to a sorted list of disjoint ranges, merging.
