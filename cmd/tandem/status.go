@@ -318,7 +318,9 @@ type cacheJSON struct {
 	Promoted uint64  `json:"promoted"`
 	Evicted  uint64  `json:"evicted"`
 	Destaged uint64  `json:"destaged_bytes"`
-	Failed   string  `json:"failed,omitempty"`
+	// DestageRate is the bytes a second destaged of late.
+	DestageRate uint64 `json:"destage_bytes_per_sec"`
+	Failed      string `json:"failed,omitempty"`
 }
 
 func cachesJSON(rs []proto.CacheReport) []cacheJSON {
@@ -330,7 +332,7 @@ func cachesJSON(rs []proto.CacheReport) []cacheJSON {
 		}
 		out = append(out, cacheJSON{Target: r.Target, Path: r.Path, Dir: r.Dir, Mode: r.Mode, Size: r.Size, Used: r.Used,
 			Dirty: r.Dirty, Files: r.Files, Hits: r.Hits, Misses: r.Misses, HitRatio: ratio, Promoted: r.Promoted,
-			Evicted: r.Evicted, Destaged: r.Destaged, Failed: r.Failed})
+			Evicted: r.Evicted, Destaged: r.Destaged, DestageRate: r.DestageRate, Failed: r.Failed})
 	}
 	return out
 }
@@ -343,19 +345,19 @@ func printCaches(cs []cacheJSON) {
 	}
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CACHE\tTARGET\tMODE\tSIZE\tUSED\tDIRTY\tHIT RATIO\tPROMOTED\tEVICTED\tDIR")
+	fmt.Fprintln(w, "CACHE\tTARGET\tMODE\tSIZE\tUSED\tDIRTY\tDESTAGE\tHIT RATIO\tPROMOTED\tEVICTED\tDIR")
 	for _, c := range cs {
 		state, mode := "serving", c.Mode
 		if c.Failed != "" {
 			state, mode = "FAILED", c.Mode+" (disk only)"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%.1f%% of %d\t%d\t%d\t%s\n", state, c.Target, mode, humanBytes(c.Size),
-			humanBytes(c.Used), humanBytes(c.Dirty), 100*c.HitRatio, c.Hits+c.Misses, c.Promoted, c.Evicted, c.Dir)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s/s\t%.1f%% of %d\t%d\t%d\t%s\n", state, c.Target, mode, humanBytes(c.Size),
+			humanBytes(c.Used), humanBytes(c.Dirty), humanBytes(c.DestageRate), 100*c.HitRatio, c.Hits+c.Misses, c.Promoted, c.Evicted, c.Dir)
 	}
 	w.Flush()
 	for _, c := range cs {
 		if c.Failed != "" {
-			fmt.Printf("warning: the cache of target %d failed and is not used (its target serves from the disk): %s\n", c.Target, c.Failed)
+			fmt.Printf("warning: the cache of target %d failed and is not used: %s\n", c.Target, c.Failed)
 		}
 	}
 }

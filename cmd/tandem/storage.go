@@ -112,6 +112,9 @@ it was registered with before.`,
 			if err != nil {
 				return err
 			}
+			if set != nil {
+				set.SetWriteBackRule(svc.ServedTwice)
+			}
 			svc.ExportMetrics()
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -131,7 +134,7 @@ it was registered with before.`,
 	f.StringVar(&metaPrivate, "meta-private", "", "the metadata replicas' addresses on the private network, comma-separated: heartbeats go over both networks")
 	f.StringArrayVar(&caches, "cache", nil, "a directory on a faster device (flash) to cache a target's chunks in: one per --target, in the same order")
 	f.StringVar(&cacheSize, "cache-size", "0", "bytes each --cache may hold (e.g. 200G; 0: nine tenths of the cache file system's size)")
-	f.StringVar(&cacheMode, "cache-mode", "writethrough", "how a --cache treats writes: writethrough (durable on the target's disk before acknowledged, copies kept for reads) or off")
+	f.StringVar(&cacheMode, "cache-mode", "writethrough", "how a --cache treats writes: writethrough (durable on the target's disk before acknowledged, copies kept for reads), writeback (durable on the flash of every serving chain member before acknowledged, destaged to the disk in the background; chains of one target and chains with one serving member write through) or off (a cache that was written back is destaged first)")
 	f.StringVar(&faultFile, "fault-file", "", "for failure tests: JSON rules, reloaded when the file changes, that make the targets' disk calls fail (see internal/storage/faultfile.go)")
 	f.DurationVar(&heartbeat, "heartbeat", 500*time.Millisecond, "interval between heartbeats to the metadata service (well below half the failure timeout)")
 	f.DurationVar(&scrubEvery, "scrub-every", storage.DefaultScrubEvery, "time between scrubs, which read back and verify every stored block and repair bad ones from another copy (0: only when asked, by tandem scrub)")
@@ -146,6 +149,11 @@ it was registered with before.`,
 // --cache) over base, the targets' file system (nil: the real one).
 func openCaches(targets, caches []string, sizeText, modeText string, base storage.FS, logf func(string, ...any)) (*flashcache.Set, error) {
 	if len(caches) == 0 {
+		for _, t := range targets {
+			if err := flashcache.CheckUncached(t, base); err != nil {
+				return nil, &exitError{2, fmt.Errorf("storage: %v", err)}
+			}
+		}
 		return nil, nil
 	}
 	if len(caches) != len(targets) {

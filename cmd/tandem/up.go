@@ -96,7 +96,7 @@ running and brings back every file.`,
 	f.StringVar(&o.TargetRoot, "target-root", "", "put the storage targets under this directory (a disk of their own) instead of DIR/storage (new clusters only)")
 	f.StringVar(&o.Cache, "cache", "", "give every storage target a flash cache in this directory, on a faster device than the targets' (tandem storage --cache)")
 	f.StringVar(&o.CacheSize, "cache-size", "", "bytes each target's cache may hold (e.g. 20G; default: nine tenths of the cache file system)")
-	f.StringVar(&o.CacheMode, "cache-mode", "", "writethrough (default) or off: see tandem storage --cache-mode")
+	f.StringVar(&o.CacheMode, "cache-mode", "", "writethrough (default), writeback or off: see tandem storage --cache-mode")
 	f.BoolVar(&cacheDirect, "cache-direct-io", false, "the mount's --cache-direct-io: its block cache answers O_DIRECT reads too")
 	rootCmd.AddCommand(up)
 

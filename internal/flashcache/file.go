@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,18 +19,27 @@ import (
 // with it. A chunk file created empty (a new chunk) gets an empty copy at
 // once: writes allocate in the cache.
 func (t *Tier) OpenFile(name string, flag int, perm os.FileMode) (storage.File, error) {
+	rel, ok := t.rel(name)
+	if ok && t.lost.Load() {
+		return nil, lostError("open", rel)
+	}
+	var e *entry
+	if ok && flag&os.O_TRUNC != 0 {
+		// A destage must not write the old bytes after the cut.
+		if e = t.lookup(rel); e != nil {
+			e.destaging.Lock()
+			defer e.destaging.Unlock()
+		}
+	}
 	f, err := t.slow.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}
-	rel, ok := t.rel(name)
 	if !ok || !t.serving() {
 		return f, nil
 	}
-	if flag&os.O_TRUNC != 0 {
-		if e := t.lookup(rel); e != nil {
-			t.drop(e)
-		}
+	if e != nil {
+		t.drop(e)
 	}
 	if flag&os.O_CREATE != 0 && flag&(os.O_WRONLY|os.O_RDWR) != 0 && t.lookup(rel) == nil {
 		if size, err := f.Size(); err == nil && size == 0 {
@@ -70,8 +80,6 @@ func (t *Tier) SyncDir(name string) error                    { return t.slow.Syn
 func (t *Tier) Statfs(name string) (uint64, uint64, error)   { return t.slow.Statfs(name) }
 func (t *Tier) Lock(name string) (io.Closer, error)          { return t.slow.Lock(name) }
 
-func (t *Tier) Stat(name string) (int64, time.Time, error) { return t.slow.Stat(name) }
-
 // MarkTopDir passes the engine's placement hint on to the disk.
 func (t *Tier) MarkTopDir(name string) error {
 	if m, ok := t.slow.(interface{ MarkTopDir(string) error }); ok {
@@ -82,25 +90,64 @@ func (t *Tier) MarkTopDir(name string) error {
 
 // Remove removes name from the disk and its copy from the cache.
 func (t *Tier) Remove(name string) error {
+	rel, ok := t.rel(name)
+	if !ok {
+		return t.slow.Remove(name)
+	}
+	if t.lost.Load() {
+		return lostError("remove", rel)
+	}
+	e := t.lookup(rel)
+	if e == nil {
+		return t.slow.Remove(name)
+	}
+	e.destaging.Lock() // no destage recreates what is removed
+	defer e.destaging.Unlock()
 	err := t.slow.Remove(name)
-	if rel, ok := t.rel(name); ok {
-		if e := t.lookup(rel); e != nil {
-			t.drop(e)
-		}
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		t.drop(e)
 	}
 	return err
 }
 
-// Rename renames on the disk; the copies of both names are dropped.
+// Rename renames on the disk; the copies of both names are dropped, a
+// dirty one destaged first (the engine renames chunk files rarely: a
+// resync's or a repair's finished copy).
 func (t *Tier) Rename(oldname, newname string) error {
 	for _, name := range []string{oldname, newname} {
-		if rel, ok := t.rel(name); ok {
-			if e := t.lookup(rel); e != nil {
-				t.drop(e)
+		rel, ok := t.rel(name)
+		if !ok {
+			continue
+		}
+		if t.lost.Load() {
+			return lostError("rename", rel)
+		}
+		if e := t.lookup(rel); e != nil {
+			if err := t.flush(e); err != nil {
+				return err
 			}
+			t.drop(e)
 		}
 	}
 	return t.slow.Rename(oldname, newname)
+}
+
+// Stat answers a dirty chunk's size and time from its copy: the disk's
+// are older (a resync compares both).
+func (t *Tier) Stat(name string) (int64, time.Time, error) {
+	if rel, ok := t.rel(name); ok {
+		if t.lost.Load() {
+			return 0, time.Time{}, lostError("stat", rel)
+		}
+		if e := t.lookup(rel); e != nil && e.isDirty() {
+			e.mu.RLock()
+			defer e.mu.RUnlock()
+			if e.complete {
+				return t.fast.Stat(t.fastPath(rel))
+			}
+		}
+	}
+	return t.slow.Stat(name)
 }
 
 // file is an open chunk file of a cached target: slow is the disk's file,
@@ -110,6 +157,9 @@ type file struct {
 	t    *Tier
 	rel  string
 	slow storage.File
+	// Since the last Sync: whether a write reached the disk's file, and
+	// whether one was written back (to the copy alone).
+	wroteDisk, wroteBack atomic.Bool
 }
 
 // copyOf returns rel's entry with e.mu read-locked if its copy is
@@ -130,6 +180,9 @@ func (f *file) copyOf() *entry {
 // ReadAt reads from the copy when there is one, else from the disk, and
 // counts a miss toward promotion.
 func (f *file) ReadAt(b []byte, off int64) (int, error) {
+	if f.t.lost.Load() {
+		return 0, lostError("read", f.rel)
+	}
 	if e := f.copyOf(); e != nil {
 		n, err := f.readCopy(e, b, off) // unlocks e.mu
 		if err == nil || err == io.EOF {
@@ -137,6 +190,9 @@ func (f *file) ReadAt(b []byte, off int64) (int, error) {
 			return n, err
 		}
 		f.t.fastError(e, err)
+		if f.t.lost.Load() {
+			return 0, lostError("read", f.rel) // the disk's bytes are older
+		}
 	}
 	f.t.misses.Add(1)
 	n, err := f.slow.ReadAt(b, off)
@@ -160,13 +216,55 @@ func (f *file) readCopy(e *entry, b []byte, off int64) (int, error) {
 // WriteAt writes to the disk, then to the copy. A copy that the write
 // could not reach is dropped: it would be older than the disk.
 func (f *file) WriteAt(b []byte, off int64) (int, error) {
+	if n, err, done := f.writeBack(b, off); done {
+		return n, err
+	}
 	return f.writeThrough(b, off, func(sf storage.File) (int, error) { return sf.WriteAt(b, off) })
 }
 
+// writeBack writes b at off to the copy alone when the tier writes rel
+// back and the chunk has a complete copy (done), after recording the range
+// dirty. Otherwise the write goes through (not done).
+func (f *file) writeBack(b []byte, off int64) (n int, err error, done bool) {
+	if f.t.lost.Load() {
+		return 0, lostError("write", f.rel), true
+	}
+	if !f.t.writesBack(f.rel) {
+		return 0, nil, false
+	}
+	e := f.copyOf()
+	if e == nil {
+		return 0, nil, false
+	}
+	end := off + int64(len(b))
+	if err := f.t.dirtyRange(e, off, end); err != nil {
+		e.mu.RUnlock()
+		f.t.fastError(e, err) // its marker could not be made: the device
+		if f.t.lost.Load() {
+			return 0, lostError("write", f.rel), true
+		}
+		return 0, nil, false
+	}
+	e.gen.Add(1)
+	err = f.t.withCopy(e, func(cf storage.File) error { var werr error; n, werr = cf.WriteAt(b, off); return werr })
+	e.mu.RUnlock()
+	if err != nil {
+		f.t.fastError(e, err) // a dirty copy: the device is dropped, the target fails
+		return 0, lostError("write", f.rel), true
+	}
+	f.wroteBack.Store(true)
+	f.t.grew(e, end)
+	return n, nil, true
+}
+
 // WriteDirect and WriteDropBehind are writes the engine keeps off the page
-// cache (a chain member's copy, a resync's): they go to the disk that way,
-// and to the copy as ordinary writes.
+// cache (a chain member's copy, a resync's, large writes): written back,
+// they are ordinary writes to the copy; written through, they go to the
+// disk that way, and to the copy as ordinary writes.
 func (f *file) WriteDirect(b []byte, off int64) (int, error) {
+	if n, err, done := f.writeBack(b, off); done {
+		return n, err
+	}
 	return f.writeThrough(b, off, func(sf storage.File) (int, error) {
 		if d, ok := sf.(interface {
 			WriteDirect([]byte, int64) (int, error)
@@ -178,6 +276,9 @@ func (f *file) WriteDirect(b []byte, off int64) (int, error) {
 }
 
 func (f *file) WriteDropBehind(b []byte, off int64) (int, error) {
+	if n, err, done := f.writeBack(b, off); done {
+		return n, err
+	}
 	return f.writeThrough(b, off, func(sf storage.File) (int, error) {
 		if d, ok := sf.(interface {
 			WriteDropBehind([]byte, int64) (int, error)
@@ -195,6 +296,10 @@ func (f *file) WriteDropBehind(b []byte, off int64) (int, error) {
 // and throws its copy away, and one that completes before the write looks
 // gets the write too.
 func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, error)) (int, error) {
+	if f.t.lost.Load() {
+		return 0, lostError("write", f.rel)
+	}
+	f.wroteDisk.Store(true)
 	wrote, err := write(f.slow)
 	e := f.t.lookup(f.rel)
 	if e == nil {
@@ -202,7 +307,9 @@ func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, 
 	}
 	e.gen.Add(1)
 	if err != nil {
-		f.t.drop(e) // the disk's bytes there are unknown now
+		if !e.isDirty() {
+			f.t.drop(e) // the disk's bytes there are unknown now
+		}
 		return wrote, err
 	}
 	e.mu.RLock()
@@ -210,10 +317,21 @@ func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, 
 		e.mu.RUnlock()
 		return wrote, nil
 	}
-	ferr := f.t.withCopy(e, func(cf storage.File) error { _, err := cf.WriteAt(b, off); return err })
+	var ferr error
+	if e.isDirty() {
+		// A destage running now may put older bytes over these on the
+		// disk: the range is destaged again.
+		ferr = f.t.dirtyRange(e, off, off+int64(len(b)))
+	}
+	if ferr == nil {
+		ferr = f.t.withCopy(e, func(cf storage.File) error { _, err := cf.WriteAt(b, off); return err })
+	}
 	e.mu.RUnlock()
 	if ferr != nil {
 		f.t.fastError(e, ferr)
+		if f.t.lost.Load() {
+			return 0, lostError("write", f.rel)
+		}
 		return wrote, nil
 	}
 	f.t.grew(e, off+int64(len(b)))
@@ -221,36 +339,105 @@ func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, 
 }
 
 // Truncate cuts the disk's file and the copy.
+// Written back (the chunk has a complete copy), the copy alone is cut and
+// the destager cuts the disk's file; otherwise both are.
 func (f *file) Truncate(size int64) error {
-	err := f.slow.Truncate(size)
+	if f.t.lost.Load() {
+		return lostError("truncate", f.rel)
+	}
+	back := f.t.writesBack(f.rel)
 	e := f.t.lookup(f.rel)
 	if e == nil {
-		return err
-	}
-	e.gen.Add(1)
-	if err != nil {
-		f.t.drop(e)
-		return err
+		f.wroteDisk.Store(true)
+		return f.slow.Truncate(size)
 	}
 	e.mu.RLock()
+	if !back || !e.complete {
+		f.wroteDisk.Store(true)
+		if err := f.slow.Truncate(size); err != nil {
+			dirty := e.isDirty()
+			e.mu.RUnlock()
+			if !dirty {
+				f.t.drop(e) // the disk's size is unknown now
+			}
+			return err
+		}
+	}
+	e.gen.Add(1)
 	if !e.complete {
 		e.mu.RUnlock()
 		return nil
 	}
-	ferr := f.t.withCopy(e, func(cf storage.File) error { return cf.Truncate(size) })
+	var ferr error
+	if back || e.isDirty() {
+		ferr = f.t.dirtyCut(e, size)
+	}
+	if ferr == nil {
+		ferr = f.t.withCopy(e, func(cf storage.File) error { return cf.Truncate(size) })
+	}
 	e.mu.RUnlock()
 	if ferr != nil {
 		f.t.fastError(e, ferr)
+		if f.t.lost.Load() {
+			return lostError("truncate", f.rel)
+		}
+		if back {
+			return f.Truncate(size) // the copy was dropped: through to the disk
+		}
 		return nil
+	}
+	if back {
+		f.wroteBack.Store(true)
 	}
 	f.t.resized(e, size)
 	return nil
 }
 
-// Sync makes the disk's file durable: write-through acknowledges nothing
-// that is only on the flash.
-func (f *file) Sync() error           { return f.slow.Sync() }
-func (f *file) Size() (int64, error)  { return f.slow.Size() }
+// Sync makes what was written durable: the disk's file after writes that
+// went through (write-through acknowledges nothing that is only on the
+// flash), and a dirty copy, whose bytes are the chunk's until destaged.
+func (f *file) Sync() error {
+	if f.t.lost.Load() {
+		return lostError("sync", f.rel)
+	}
+	back, disk := f.wroteBack.Swap(false), f.wroteDisk.Swap(false)
+	if e := f.copyOf(); e != nil {
+		var err error
+		if e.isDirty() {
+			err = f.t.withCopy(e, func(cf storage.File) error { return cf.Sync() })
+		}
+		e.mu.RUnlock()
+		if err != nil {
+			f.t.fastError(e, err)
+			return lostError("sync", f.rel)
+		}
+	}
+	if disk || !back {
+		return f.slow.Sync()
+	}
+	return nil
+}
+
+// Size is the copy's when it is dirty (the disk's is older).
+func (f *file) Size() (int64, error) {
+	if f.t.lost.Load() {
+		return 0, lostError("size", f.rel)
+	}
+	if e := f.copyOf(); e != nil {
+		if e.isDirty() {
+			var size int64
+			err := f.t.withCopy(e, func(cf storage.File) error { var err error; size, err = cf.Size(); return err })
+			e.mu.RUnlock()
+			if err != nil {
+				f.t.fastError(e, err)
+				return 0, lostError("size", f.rel)
+			}
+			return size, nil
+		}
+		e.mu.RUnlock()
+	}
+	return f.slow.Size()
+}
 func (f *file) Close() error          { return f.slow.Close() }
 func (f *file) StartWriteback() error { return passWriteback(f.slow) }
 func (f *file) DropCache()            { passDropCache(f.slow) }
@@ -266,9 +453,15 @@ type sender interface {
 // file sends; one that fails with EIO while sending drops the device too,
 // and the call fails (the reader asks again).
 func (f *file) SendFrom(send func(fd int) error) error {
+	if f.t.lost.Load() {
+		return lostError("read", f.rel)
+	}
 	if e := f.copyOf(); e != nil {
 		if sent, err := f.sendFromCopy(e, send); sent {
 			return err
+		}
+		if f.t.lost.Load() {
+			return lostError("read", f.rel)
 		}
 	}
 	s, ok := f.slow.(sender)

@@ -66,6 +66,8 @@ func (m Mode) String() string {
 		return "off"
 	case WriteThrough:
 		return "writethrough"
+	case WriteBack:
+		return "writeback"
 	}
 	return fmt.Sprintf("mode(%d)", int(m))
 }
@@ -77,8 +79,10 @@ func ParseMode(s string) (Mode, error) {
 		return Off, nil
 	case "writethrough", "write-through", "wt":
 		return WriteThrough, nil
+	case "writeback", "write-back", "wb":
+		return WriteBack, nil
 	}
-	return Off, fmt.Errorf("cache mode %q: give writethrough or off", s)
+	return Off, fmt.Errorf("cache mode %q: give writethrough, writeback or off", s)
 }
 
 // MinSize is the smallest cache: room for one chunk of the largest size a
@@ -123,6 +127,8 @@ type Tier struct {
 	wg         sync.WaitGroup
 	stop       chan struct{}
 	closeOnce  sync.Once
+
+	wbState // writeback.go
 
 	hits, misses, promoted, evicted atomic.Int64
 	readBytes                       atomic.Int64 // bytes read from the flash
@@ -184,6 +190,13 @@ type entry struct {
 	gen       atomic.Uint64
 	size      int64 // accounted bytes (the copy's size when it completed)
 	elem      *list.Element
+
+	// Write-back (writeback.go): dmu guards ds; destaging is held while
+	// the destager writes the disk's file, and by calls that remove or
+	// truncate it under a dirty copy.
+	dmu       sync.Mutex
+	ds        dirtyState
+	destaging sync.Mutex
 }
 
 // manifest is tandem-cache.json.
@@ -220,18 +233,54 @@ func Open(cfg Config) (*Tier, error) {
 	t := &Tier{cfg: cfg, slow: cfg.Slow, fast: cfg.Fast, target: filepath.Clean(cfg.Target), dir: filepath.Clean(cfg.Dir),
 		entries: map[string]*entry{}, ghosts: map[string]time.Time{}, promotions: make(chan *entry, 256), stop: make(chan struct{}),
 		maxOpen: maxOpenCopies}
+	t.dqCond = sync.NewCond(&t.dq)
+	stale, err := t.setAsideStale()
+	if err != nil {
+		return nil, fmt.Errorf("cache %s: setting aside the chunks a lost cache held: %w", t.dir, err)
+	}
+	wroteBack := CheckUncached(t.target, t.slow) != nil
+	if cfg.Mode == Off && !wroteBack {
+		return t, nil
+	}
+	if err := t.checkWriteBackFlag(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode != Off {
+		if err := t.check(); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.load(stale); err != nil {
+		return nil, err
+	}
+	if cfg.Mode != WriteBack {
+		if err := t.leaveWriteBack(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Mode == Off {
 		return t, nil
 	}
-	if err := t.check(); err != nil {
-		return nil, err
-	}
-	if err := t.load(); err != nil {
-		return nil, err
-	}
 	t.wg.Add(1)
 	go t.promoter()
+	if cfg.Mode == WriteBack {
+		t.wg.Add(1)
+		go t.destager()
+	}
 	return t, nil
+}
+
+// leaveWriteBack destages what a write-back cache holds dirty and then
+// takes the write-back flag off the target: a start in another mode.
+func (t *Tier) leaveWriteBack() error {
+	if err := t.destageAll(); err != nil {
+		return fmt.Errorf("cache %s: destaging before serving %s: %w (the cache keeps it: start again in writeback mode to serve it)", t.dir, t.cfg.Mode, err)
+	}
+	err := t.slow.Remove(filepath.Join(t.target, wbFlagName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return t.slow.SyncDir(t.target)
 }
 
 // check refuses a cache that cannot work: too small, or on the target's
@@ -264,27 +313,46 @@ func sameFileSystem(a, b string) (bool, error) {
 	return sa.Dev == sb.Dev, nil
 }
 
-// load takes over the copies of a cache closed cleanly for this target,
-// or empties the cache, and records that it is in use (not clean).
-func (t *Tier) load() error {
+// load takes over the copies of a cache closed cleanly for this target;
+// of one that was not (a crash), only the dirty copies (write-back's,
+// whole); it empties a cache of another target or whose dirty copies were
+// given up (stale: the target's disk was set aside for a resync). It
+// records that the cache is in use (not clean).
+func (t *Tier) load(stale bool) error {
 	var m manifest
 	b, err := storage.ReadFile(t.fast, filepath.Join(t.dir, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil // a new cache
 	}
-	keep := err == nil && json.Unmarshal(b, &m) == nil && m.Clean && m.Target == t.target
-	if keep {
-		err = t.scan()
+	if err != nil {
+		return fmt.Errorf("cache %s: %w", t.dir, err)
 	}
-	if !keep || err != nil {
-		if err != nil {
-			t.cfg.Logf("flashcache: %s: %v; emptying it", t.dir, err)
-		} else if len(b) > 0 {
-			t.cfg.Logf("flashcache: %s was not closed cleanly (or cached another target): emptying it", t.dir)
+	parsed := len(b) > 0 && json.Unmarshal(b, &m) == nil
+	switch {
+	case len(b) > 0 && (!parsed || m.Target != t.target):
+		if names, _ := t.fast.ReadDirNames(filepath.Join(t.dir, dirtyDir)); len(names) > 0 {
+			return fmt.Errorf("cache %s holds %d chunks written back for target %s, not yet on its disk: give it to that target", t.dir, len(names), m.Target)
 		}
-		if err := t.empty(); err != nil {
-			return fmt.Errorf("cache %s: emptying it: %w", t.dir, err)
+		t.cfg.Logf("flashcache: %s cached another target (%s): emptying it", t.dir, m.Target)
+		err = t.empty()
+	case stale:
+		t.cfg.Logf("flashcache: %s: its copies were given up when it failed: emptying it", t.dir)
+		err = t.empty()
+	case parsed && m.Clean:
+		if err = t.scan(); err == nil {
+			err = t.loadDirty()
 		}
+	case parsed:
+		t.cfg.Logf("flashcache: %s was not closed cleanly: keeping its dirty copies (to destage), dropping the others", t.dir)
+		if err = t.loadDirty(); err == nil {
+			err = t.removeUnmarked()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cache %s: %w", t.dir, err)
+	}
+	if err := t.fast.MkdirAll(filepath.Join(t.dir, dirtyDir), 0o755); err != nil {
+		return fmt.Errorf("cache %s: %w", t.dir, err)
 	}
 	return t.writeManifest(false)
 }
@@ -326,7 +394,7 @@ func (t *Tier) empty() error {
 	}
 	t.lru.Init()
 	t.used = 0
-	for _, d := range []string{"chunks", "chains"} {
+	for _, d := range []string{"chunks", "chains", dirtyDir} {
 		if err := os.RemoveAll(filepath.Join(t.dir, d)); err != nil {
 			return err
 		}
@@ -339,13 +407,13 @@ func (t *Tier) writeManifest(clean bool) error {
 	return storage.WriteFileAtomic(t.fast, filepath.Join(t.dir, manifestName), b)
 }
 
-// Close stops the promoter and marks the cache clean, so that the next
-// Open keeps its copies.
+// Close stops the promoter and the destager and marks the cache clean, so
+// that the next Open keeps its copies. Dirty copies stay dirty, with their
+// markers: the next start destages them.
 func (t *Tier) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
-		close(t.stop)
-		t.wg.Wait()
+		t.halt()
 		if t.cfg.Mode == Off {
 			return
 		}
@@ -367,6 +435,17 @@ func (t *Tier) Close() error {
 		}
 	})
 	return err
+}
+
+// halt stops the promoter and the destager (a destage under way ends
+// first).
+func (t *Tier) halt() {
+	t.dq.Lock()
+	t.stopping = true
+	t.dq.Unlock()
+	t.dqCond.Broadcast()
+	close(t.stop)
+	t.wg.Wait()
 }
 
 // rel is name's path relative to the target when the tier caches it: a
@@ -415,7 +494,17 @@ func (t *Tier) fail(err error) {
 	t.lru.Init()
 	t.used = 0
 	t.mu.Unlock()
-	t.cfg.Logf("flashcache: cache %s of target %s failed: %v; serving from the disk alone (write-through loses nothing)", t.dir, t.target, err)
+	var dirty []string
+	for rel, e := range entries {
+		if e.isDirty() {
+			dirty = append(dirty, rel)
+		}
+	}
+	if len(dirty) > 0 {
+		t.lose(dirty) // before anyone reads the disk's older bytes
+	} else {
+		t.cfg.Logf("flashcache: cache %s of target %s failed: %v; serving from the disk alone (it holds every acknowledged write)", t.dir, t.target, err)
+	}
 	for _, e := range entries {
 		e.mu.Lock()
 		t.closeCopy(e)
@@ -425,9 +514,10 @@ func (t *Tier) fail(err error) {
 }
 
 // fastError handles an error of the cache device on rel's copy: a full
-// device makes room or drops the copy; anything else drops the device.
+// device makes room or drops the copy; anything else, or any error on a
+// dirty copy (its bytes are then unknown), drops the device.
 func (t *Tier) fastError(e *entry, err error) {
-	if errors.Is(err, syscall.ENOSPC) {
+	if errors.Is(err, syscall.ENOSPC) && !e.isDirty() {
 		t.cfg.Logf("flashcache: cache %s is full: dropping %s and evicting", t.dir, e.rel)
 		t.drop(e)
 		t.evict(0)
@@ -473,20 +563,41 @@ func (t *Tier) dropLocked(e *entry) {
 	t.closeCopy(e)
 	e.complete = false
 	t.fast.Remove(t.fastPath(e.rel))
+	t.clean(e)
 }
 
-// evict removes the least recently used copies until the copies and more
-// bytes fit in the cache's size, with a tenth of it to spare.
+// clean forgets e's dirty state and marker: its chunk was removed, or cut
+// on the disk too.
+func (t *Tier) clean(e *entry) {
+	e.dmu.Lock()
+	defer e.dmu.Unlock()
+	if !e.ds.dirty {
+		return
+	}
+	t.dirtyBytes.Add(-e.ds.bytes)
+	e.ds = dirtyState{cut: -1, queued: e.ds.queued}
+	t.fast.Remove(t.markerPath(e.rel))
+}
+
+// evict removes the least recently used clean copies until the copies
+// and more bytes fit in the cache's size, with a tenth of it to spare.
+// Dirty copies are passed over (moved to the front): they are destaged
+// first.
 func (t *Tier) evict(more int64) {
-	for {
+	for passed := 0; ; {
 		t.mu.Lock()
 		limit := t.cfg.Size - t.cfg.Size/10
-		if t.used+more <= limit || t.lru.Len() == 0 {
+		if t.used+more <= limit || t.lru.Len() == 0 || passed >= t.lru.Len() {
 			t.mu.Unlock()
 			return
 		}
 		e := t.lru.Back().Value.(*entry)
 		t.mu.Unlock()
+		if e.isDirty() {
+			t.touch(e)
+			passed++
+			continue
+		}
 		t.drop(e)
 		t.evicted.Add(1)
 	}
@@ -503,6 +614,11 @@ type Stats struct {
 	Misses   int64  `json:"misses"`
 	Promoted int64  `json:"promoted"`
 	Evicted  int64  `json:"evicted"`
+	// Dirty is the bytes written back and not yet on the disk;
+	// DestageRate the bytes a second destaged of late.
+	Dirty       int64 `json:"dirty"`
+	Destaged    int64 `json:"destaged"`
+	DestageRate int64 `json:"destage_rate"`
 	// Failed says why the cache device was dropped ("" while it serves).
 	Failed string `json:"failed,omitempty"`
 }
@@ -520,9 +636,16 @@ func (t *Tier) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := Stats{Mode: t.cfg.Mode.String(), Dir: t.dir, Size: t.cfg.Size, Used: t.used, Files: t.lru.Len(),
-		Hits: t.hits.Load(), Misses: t.misses.Load(), Promoted: t.promoted.Load(), Evicted: t.evicted.Load()}
+		Hits: t.hits.Load(), Misses: t.misses.Load(), Promoted: t.promoted.Load(), Evicted: t.evicted.Load(),
+		Dirty: t.dirtyBytes.Load(), Destaged: t.destaged.Load(), DestageRate: t.destageRate()}
 	if t.failed != nil {
 		s.Failed = t.failed.Error()
+	}
+	switch {
+	case t.lost.Load():
+		s.Failed += "; it held writes not yet on the disk: the target is failed until its server restarts, which resyncs it from the other copies"
+	case t.failed != nil:
+		s.Failed += "; the target serves from its disk alone, which holds every acknowledged write"
 	}
 	return s
 }
@@ -532,5 +655,6 @@ func (t *Tier) Report() proto.CacheReport {
 	s := t.Stats()
 	return proto.CacheReport{Path: t.target, Dir: s.Dir, Mode: s.Mode, Size: uint64(s.Size), Used: uint64(s.Used),
 		Files: uint64(s.Files), Hits: uint64(s.Hits), Misses: uint64(s.Misses), Promoted: uint64(s.Promoted),
-		Evicted: uint64(s.Evicted), Failed: s.Failed}
+		Evicted: uint64(s.Evicted), Dirty: uint64(s.Dirty), Destaged: uint64(s.Destaged), DestageRate: uint64(s.DestageRate),
+		Failed: s.Failed}
 }

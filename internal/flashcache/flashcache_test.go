@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,18 +30,26 @@ func fastDir(t *testing.T) string {
 }
 
 // rig is a target on a tier, with fault injectors under both devices.
+// The engine's store is the target itself (a chain of one target), or
+// with store set, a replicated chain's store inside it.
 type rig struct {
 	t          *testing.T
 	target     string
 	cache      string
+	store      string // the engine's directory: target, or a chain's store
+	mode       Mode
 	slow, fast *storage.FaultFS
 	tier       *Tier
 	tg         *storage.Target
+	// twice is what the server's chain view says of chain 7: two or more
+	// members serve it.
+	twice atomic.Bool
 }
 
 func newRig(t *testing.T, size int64) *rig {
 	t.Helper()
-	r := &rig{t: t, target: t.TempDir(), cache: fastDir(t), slow: storage.NewFaultFS(nil), fast: storage.NewFaultFS(nil)}
+	r := &rig{t: t, target: t.TempDir(), cache: fastDir(t), slow: storage.NewFaultFS(nil), fast: storage.NewFaultFS(nil), mode: WriteThrough}
+	r.store = r.target
 	r.open(size)
 	t.Cleanup(r.close)
 	return r
@@ -48,17 +57,28 @@ func newRig(t *testing.T, size int64) *rig {
 
 func (r *rig) open(size int64) {
 	r.t.Helper()
-	tier, err := Open(Config{Target: r.target, Dir: r.cache, Size: size, Mode: WriteThrough, Slow: r.slow, Fast: r.fast,
+	if err := r.openErr(size); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) openErr(size int64) error {
+	tier, err := Open(Config{Target: r.target, Dir: r.cache, Size: size, Mode: r.mode, Slow: r.slow, Fast: r.fast,
 		Logf: r.t.Logf, PromoteWithin: time.Minute})
 	if err != nil {
-		r.t.Fatal(err)
+		return err
 	}
-	tg, err := storage.OpenTarget(r.target, storage.Options{FS: tier, Logf: r.t.Logf})
+	tier.SetWriteBackRule(func(chain uint32) bool { return chain == 7 && r.twice.Load() })
+	if err := tier.MkdirAll(r.store, 0o755); err != nil {
+		return err
+	}
+	tg, err := storage.OpenTarget(r.store, storage.Options{FS: tier, Logf: r.t.Logf, FinishFormat: true})
 	if err != nil {
 		tier.Close()
-		r.t.Fatal(err)
+		return err
 	}
 	r.tier, r.tg = tier, tg
+	return nil
 }
 
 func (r *rig) close() {
@@ -73,8 +93,7 @@ func (r *rig) close() {
 // process killed would.
 func (r *rig) crash() {
 	r.tg.Close()
-	close(r.tier.stop)
-	r.tier.wg.Wait()
+	r.tier.halt()
 	r.tg, r.tier = nil, nil
 }
 

@@ -64,6 +64,14 @@ func (s *Set) Close() error {
 	return first
 }
 
+// SetWriteBackRule gives every tier the server's view of its chains
+// (Tier.SetWriteBackRule).
+func (s *Set) SetWriteBackRule(ok func(chain uint32) bool) {
+	for _, t := range s.Tiers {
+		t.SetWriteBackRule(ok)
+	}
+}
+
 // Reports are the tiers' reports for the server's heartbeats.
 func (s *Set) Reports() []proto.CacheReport {
 	out := make([]proto.CacheReport, len(s.Tiers))

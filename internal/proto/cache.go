@@ -9,7 +9,7 @@ type CacheReport struct {
 	Target uint32 // the target's ID (0 before it has one)
 	Path   string // the target's directory
 	Dir    string // the cache directory
-	Mode   string // "writethrough", "off"
+	Mode   string // "writethrough", "writeback", "off"
 	Size   uint64 // bytes the cache may hold
 	Used   uint64 // bytes its copies hold
 	Dirty  uint64 // bytes on the flash only, not yet on the disk
@@ -17,8 +17,9 @@ type CacheReport struct {
 	Hits   uint64 // chunk reads the flash answered
 	Misses uint64 // chunk reads the disk answered
 	// Promoted and Evicted count the chunk files copied to the flash
-	// and dropped from it; Destaged the bytes copied to the disk.
-	Promoted, Evicted, Destaged uint64
+	// and dropped from it; Destaged the bytes copied to the disk, and
+	// DestageRate the bytes a second of late.
+	Promoted, Evicted, Destaged, DestageRate uint64
 	// Failed says why the cache device was dropped ("" while it serves).
 	Failed string
 }
@@ -28,7 +29,7 @@ func (r *CacheReport) Encode(e *wire.Enc) {
 	e.String(r.Path)
 	e.String(r.Dir)
 	e.String(r.Mode)
-	for _, v := range []uint64{r.Size, r.Used, r.Dirty, r.Files, r.Hits, r.Misses, r.Promoted, r.Evicted, r.Destaged} {
+	for _, v := range []uint64{r.Size, r.Used, r.Dirty, r.Files, r.Hits, r.Misses, r.Promoted, r.Evicted, r.Destaged, r.DestageRate} {
 		e.U64(v)
 	}
 	e.String(r.Failed)
@@ -37,7 +38,7 @@ func (r *CacheReport) Encode(e *wire.Enc) {
 func (r *CacheReport) Decode(d *wire.Dec) {
 	r.Target = d.U32()
 	r.Path, r.Dir, r.Mode = d.String(4096), d.String(4096), d.String(32)
-	for _, v := range []*uint64{&r.Size, &r.Used, &r.Dirty, &r.Files, &r.Hits, &r.Misses, &r.Promoted, &r.Evicted, &r.Destaged} {
+	for _, v := range []*uint64{&r.Size, &r.Used, &r.Dirty, &r.Files, &r.Hits, &r.Misses, &r.Promoted, &r.Evicted, &r.Destaged, &r.DestageRate} {
 		*v = d.U64()
 	}
 	r.Failed = d.String(4096)

@@ -110,6 +110,28 @@ func (s *Service) chainOf(rt *proto.Routing) (proto.Chain, bool) {
 	return c, ok
 }
 
+// ServedTwice reports whether two or more members of chain serve, as this
+// server last saw the cluster map: a flash cache may then write the
+// chain's chunks back, each write sitting on the flash of two servers
+// before it is acknowledged (internal/flashcache).
+func (s *Service) ServedTwice(chain uint32) bool {
+	v := s.cs.view.Load()
+	if v == nil {
+		return false
+	}
+	c, ok := v.chains[chain]
+	if !ok {
+		return false
+	}
+	serving := 0
+	for _, st := range c.States {
+		if st == proto.MemberServing {
+			serving++
+		}
+	}
+	return serving >= 2
+}
+
 // admit checks that this server may serve rt and returns the store that
 // holds the chain's chunks here and the chain as this server knows it.
 func (s *Service) admit(rt *proto.Routing) (*Target, proto.Chain, error) {
