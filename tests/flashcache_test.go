@@ -3,8 +3,11 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +117,112 @@ func waitCacheStatus(t *testing.T, c *testcluster.Cluster, what string, ok func(
 			t.Fatalf("status never showed %s: %+v (healthy %v)", what, st.Caches, st.Healthy)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dirtyBytes is the bytes the caches of a cluster hold written back and
+// not yet destaged, by target, as `tandem status --json` shows them.
+func dirtyBytes(t *testing.T, c *testcluster.Cluster) map[uint32]uint64 {
+	t.Helper()
+	out, err := runTandem(t, "status", "--json", "--data", c.Dir())
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		Caches []struct {
+			Target uint32 `json:"target"`
+			Dirty  uint64 `json:"dirty_bytes"`
+		} `json:"caches"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	m := map[uint32]uint64{}
+	for _, k := range st.Caches {
+		m[k.Target] = k.Dirty
+	}
+	return m
+}
+
+// slowDisk makes storage1's target disk take a second for every write:
+// its destager falls behind, and what it acknowledges stays dirty.
+func slowDisk(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	setFaults(t, c.FaultFile("storage1"), `[{"path": "`+filepath.Join(c.Dir(), "storage", "storage1")+`/", "ops": "write", "delay": "1s"}]`)
+}
+
+// Write-back: an fsync returns once the data is on the flash of both
+// servers of its chain, with the disks behind (storage1's, slow, far
+// behind); a server killed with dirty
+// data (kill -9) takes it back from its flash when it restarts, so that
+// with the other server gone afterwards every byte still reads back.
+func TestWriteBackDataSurvivesAKilledServer(t *testing.T) {
+	cache := cacheDir(t)
+	c := testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
+		testcluster.WithCache(cache, "256M", "writeback"))
+	slowDisk(t, c)
+	path := filepath.Join(c.Mount(), "f")
+	data := randBytes(8<<20 + 4321)
+	mustWrite(t, path, data) // written and fsynced
+	dirty := dirtyBytes(t, c)
+	deadline := time.Now().Add(10 * time.Second)
+	for slices.Max(append(slices.Collect(maps.Values(dirty)), 0)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("dirty bytes after a write-back: %v; want storage1's cache (its disk slow) holding some", dirty)
+		}
+		time.Sleep(200 * time.Millisecond)
+		dirty = dirtyBytes(t, c)
+	}
+	t.Logf("dirty bytes after writing %d: %v", len(data), dirty)
+
+	c.KillProcess("storage1")
+	c.Up() // storage1 again: its cache was not closed cleanly
+	setFaults(t, c.FaultFile("storage1"), `[]`)
+	time.Sleep(6 * time.Second) // past the failure timeout: it was seen gone, or not
+	waitAllServing(t, c, time.Minute)
+	c.KillProcess("storage2")
+	if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+		t.Fatal("with storage1 killed and restarted with dirty data, and storage2 gone, the file reads back other bytes")
+	}
+}
+
+// The cache device failing while it holds dirty data: its target is taken
+// out of its chains (the other copy serves, nothing reaches the
+// application), status says so, and its server's restart resyncs the
+// chunks the cache held, which read back whole with the other server gone.
+func TestACacheDeviceFailingWithDirtyDataLosesNothing(t *testing.T) {
+	cache := cacheDir(t)
+	c := testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
+		testcluster.WithCache(cache, "256M", "writeback"))
+	slowDisk(t, c)
+	path := filepath.Join(c.Mount(), "f")
+	data := randBytes(8 << 20)
+	mustWrite(t, path, data)
+	setFaults(t, c.FaultFile("storage1"), `[{"path": "`+filepath.Join(cache, "storage1")+`/", "ops": "all", "errno": "EIO"},
+		{"path": "`+filepath.Join(c.Dir(), "storage", "storage1")+`/", "ops": "write", "delay": "1s"}]`)
+	if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+		t.Fatal("the file read with storage1's cache device failing differs")
+	}
+	waitCacheStatus(t, c, "storage1's cache failed, holding writes the disk lacks", func(st cacheStatus) bool {
+		for _, k := range st.Caches {
+			if strings.Contains(k.Failed, "not yet on the disk") {
+				return !st.Healthy
+			}
+		}
+		return false
+	})
+	more := randBytes(3 << 20)
+	mustWrite(t, filepath.Join(c.Mount(), "g"), more)
+
+	c.KillProcess("storage1")
+	setFaults(t, c.FaultFile("storage1"), `[]`)
+	c.Up()
+	waitAllServing(t, c, time.Minute)
+	c.KillProcess("storage2")
+	if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+		t.Fatal("after the resync, with storage2 gone, the file written back before the cache failed reads back other bytes")
+	}
+	if got := readWholeDirect(t, filepath.Join(c.Mount(), "g")); !bytes.Equal(got, more) {
+		t.Fatal("after the resync, with storage2 gone, the file written while the cache was failed reads back other bytes")
 	}
 }

@@ -519,12 +519,20 @@ func (t *Tier) checkWriteBackFlag() error {
 	switch {
 	case err == nil && strings.TrimSpace(string(b)) != t.dir:
 		return fmt.Errorf("target %s was written back to the cache %s, not %s: start it with that cache so that what it holds is destaged first", t.target, strings.TrimSpace(string(b)), t.dir)
+	case err == nil && !t.hasManifest():
+		return fmt.Errorf("target %s was written back to the cache %s, which holds no cache now (a new device?): the target's disk may miss acknowledged writes. "+
+			"Replace the target (tandem target replace --id N onto an empty directory): its chains copy every chunk to it from the other members", t.target, t.dir)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return err
 	case err != nil && t.cfg.Mode == WriteBack:
 		return storage.WriteFileAtomic(t.slow, flag, []byte(t.dir+"\n"))
 	}
 	return nil
+}
+
+func (t *Tier) hasManifest() bool {
+	_, _, err := t.fast.Stat(filepath.Join(t.dir, manifestName))
+	return err == nil
 }
 
 // CheckUncached refuses a target started without a cache while its disk

@@ -328,3 +328,21 @@ func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 		t.Fatal("the clean chunk changed")
 	}
 }
+
+// A target whose written-back cache is gone (a new, empty device at its
+// path) is refused: its disk may miss acknowledged writes.
+func TestATargetWhoseWriteBackCacheIsGoneIsRefused(t *testing.T) {
+	r := newWBRig(t, 256<<20)
+	release := r.holdDestages()
+	r.write(1, 0, 0, bytes.Repeat([]byte{5}, 64<<10))
+	r.sync(1, 0)
+	r.crash()
+	release()
+	if err := os.RemoveAll(r.cache); err != nil {
+		t.Fatal(err)
+	}
+	err := r.openErr(256 << 20)
+	if err == nil || !strings.Contains(err.Error(), "holds no cache now") {
+		t.Fatalf("a start with the written-back cache gone: %v; want a refusal", err)
+	}
+}
