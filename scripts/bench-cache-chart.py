@@ -15,9 +15,10 @@ import sys
 from xml.sax.saxutils import escape
 
 MEASURES = [("seq_write_MBps", "seq write 1 MiB"), ("seq_read_MBps", "seq read 1 MiB"),
-            ("rand_write_iops", "rand write 4 KiB"), ("rand_read_iops", "rand read 4 KiB"),
+            ("rand_write_iops", "rand write 4 KiB"), ("sync_write_iops", "rand write 4 KiB O_DSYNC"),
+            ("rand_read_iops", "rand read 4 KiB"),
             ("md_create_ops", "creates"), ("md_remove_ops", "removes")]
-GOALS = {"rand_write_iops": 10.0, "rand_read_iops": 10.0}
+GOALS = {"rand_write_iops": 10.0, "sync_write_iops": 10.0, "rand_read_iops": 10.0}
 COLOURS = {"writethrough": "#1f5fbf", "writeback": "#d9822b"}
 LO, HI = 1 / 4, 256
 LEFT, PLOT_W, RIGHT, ROW_H, TOP = 170, 480, 80, 22, 58
@@ -28,10 +29,23 @@ def x_of(ratio):
     return LEFT + PLOT_W * (math.log(r) - math.log(LO)) / (math.log(HI) - math.log(LO))
 
 
+def add_sync_writes(out_dir, mode, res):
+    """Adds bench-cache.sh's O_DSYNC fio runs (<mode>-sync-<jobs>.json) to res."""
+    for jobs in ("1", "2"):
+        try:
+            with open(os.path.join(out_dir, f"{mode}-sync-{jobs}.json")) as f:
+                iops = sum(j["write"]["iops"] for j in json.load(f)["jobs"])
+        except (OSError, ValueError, KeyError):
+            continue
+        res.setdefault("sync_write_iops", {})[jobs] = iops
+
+
 def chart(out_dir):
     base = json.load(open(os.path.join(out_dir, "none.json")))
     modes = [m for m in ("writethrough", "writeback") if os.path.exists(os.path.join(out_dir, m + ".json"))]
     res = {m: json.load(open(os.path.join(out_dir, m + ".json"))) for m in modes}
+    for m, r in [("none", base)] + list(res.items()):
+        add_sync_writes(out_dir, m, r)
     rows = []
     for key, name in MEASURES:
         for jobs in ("1", "2"):

@@ -8,7 +8,7 @@
 # and 2 jobs, and the metadata test) on its mount, and the caches' state
 # from `tandem status --json`. Run as root.
 #
-#   scripts/bench-cache.sh [--modes "none writethrough"] [--out DIR]
+#   scripts/bench-cache.sh [--modes "none writethrough writeback"] [--out DIR]
 #
 # Results: docs/bench-results/<date>-cache/: <mode>.json (suite.sh),
 # <mode>-status.json, table.md, chart.svg (scripts/bench-cache-chart.py),
@@ -19,7 +19,7 @@ export PATH=/usr/local/go/bin:$PATH
 SHARED=${SHARED:-$REPO/../shared}
 [ -f "$SHARED/bench/suite.sh" ] || SHARED=/work/shared
 OUT=$REPO/docs/bench-results/$(date +%Y-%m-%d-%H%M)-cache
-MODES="none writethrough"
+MODES="none writethrough writeback"
 while [ $# -gt 0 ]; do
     case $1 in
     --out) OUT=$2; shift 2 ;;
@@ -43,6 +43,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# sync_writes MODE: random 4 KiB writes that each wait for the storage
+# (O_DIRECT and O_DSYNC, fio --sync=1), 1 and 2 jobs over a 256 MiB file
+# each, 20 s: what write-back is for. suite.sh's random writes are
+# O_DIRECT only, and the servers' page cache answers them in every mode
+# (cgroup v1 does not throttle its writeback).
+sync_writes() {
+    local mode=$1 jobs
+    for jobs in 1 2; do
+        fio --name=syncw --directory="$SCRATCH/mnt" --size=256M --bs=4k --rw=randwrite --direct=1 --sync=1 \
+            --ioengine=psync --numjobs=$jobs --time_based --runtime=20 --group_reporting --output-format=json \
+            >"$OUT/$mode-sync-$jobs.json" 2>>"$RUNLOG" || log "sync writes ($jobs jobs) on $mode failed"
+        rm -f "$SCRATCH"/mnt/syncw.*
+    done
+}
+
 for mode in $MODES; do
     log "mode $mode: a slow disk and a fresh cluster"
     "$REPO/scripts/slowdisk.sh" up --dir "$SLOW" --size 8G >>"$RUNLOG" 2>&1 || { log "slowdisk up failed"; exit 1; }
@@ -56,6 +71,7 @@ for mode in $MODES; do
         { log "tandem up failed"; exit 1; }
     sleep 5
     "$SHARED/bench/suite.sh" "$SCRATCH/mnt" "$OUT/$mode.json" --quick >>"$RUNLOG" 2>&1 || log "suite.sh on $mode failed (see run.log)"
+    sync_writes "$mode"
     "$BIN" status --json --data "$SCRATCH/data" >"$OUT/$mode-status.json" 2>>"$RUNLOG"
     "$BIN" down --data "$SCRATCH/data" >>"$RUNLOG" 2>&1
     "$REPO/scripts/slowdisk.sh" down --dir "$SLOW" >>"$RUNLOG" 2>&1
@@ -65,8 +81,17 @@ python3 - "$OUT" $MODES >"$OUT/table.md" <<'PY'
 import json, os, sys
 out, modes = sys.argv[1], sys.argv[2:]
 res = {m: json.load(open(os.path.join(out, m + ".json"))) for m in modes if os.path.exists(os.path.join(out, m + ".json"))}
+for m in modes:  # sync_writes' fio runs
+    for jobs in ("1", "2"):
+        p = os.path.join(out, f"{m}-sync-{jobs}.json")
+        try:
+            iops = sum(j["write"]["iops"] for j in json.load(open(p))["jobs"])
+        except (OSError, ValueError, KeyError):
+            continue
+        res.setdefault(m, {}).setdefault("sync_write_iops", {})[jobs] = iops
 measures = [("seq_write_MBps", "seq write 1 MiB, MB/s"), ("seq_read_MBps", "seq read 1 MiB, MB/s"),
-            ("rand_write_iops", "rand write 4 KiB O_DIRECT, IOPS"), ("rand_read_iops", "rand read 4 KiB O_DIRECT, IOPS"),
+            ("rand_write_iops", "rand write 4 KiB O_DIRECT, IOPS"), ("sync_write_iops", "rand write 4 KiB O_DIRECT+O_DSYNC, IOPS"),
+            ("rand_read_iops", "rand read 4 KiB O_DIRECT, IOPS"),
             ("md_create_ops", "creates/s"), ("md_stat_ops", "stats/s"), ("md_remove_ops", "removes/s")]
 base = modes[0]
 print("| measure | jobs | " + " | ".join(modes) + "".join(f" | {m} / {base}" for m in modes[1:]) + " |")
@@ -84,7 +109,8 @@ for m in modes:
     if os.path.exists(p):
         for c in json.load(open(p)).get("caches") or []:
             print(f"\n- {m}: cache of target {c['target']}: {c['used_bytes'] / 2**20:.0f} MiB used, hit ratio "
-                  f"{100 * c['hit_ratio']:.1f}% of {c['hits'] + c['misses']} reads, {c['promoted']} promoted, {c['evicted']} evicted")
+                  f"{100 * c['hit_ratio']:.1f}% of {c['hits'] + c['misses']} reads, {c['promoted']} promoted, {c['evicted']} evicted, "
+                  f"{c.get('destaged_bytes', 0) / 2**20:.0f} MiB destaged, {c.get('dirty_bytes', 0) / 2**20:.0f} MiB dirty at the end")
 PY
 python3 "$REPO/scripts/bench-cache-chart.py" "$OUT" >"$OUT/chart.svg" 2>>"$RUNLOG" || log "no chart (see run.log)"
 cat "$OUT/table.md"

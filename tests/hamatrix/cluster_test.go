@@ -55,23 +55,25 @@ const (
 type clusterOptions struct {
 	fence  bool // the metadata replicas run fence agents (idrac fails, pdu kills)
 	faults bool // the storage servers take disk faults from a fault file
-	// cache gives every target a write-through flash cache on tmpfs
-	// (tandem storage --cache), which the fault file reaches too.
-	cache bool
+	// cache, if set, gives every target a flash cache on tmpfs in this
+	// mode (tandem storage --cache, --cache-mode), which the fault file
+	// reaches too.
+	cache string
 }
 
 // cluster is one TandemFS cluster in its own lab. Its processes are
 // started by hand, each in its host's namespace, with logs in dir/logs.
 type cluster struct {
-	t      *testing.T
-	lab    *netlab.Lab
-	bin    string // the tandem binary
-	dir    string // everything of this cluster; kept if the test fails
-	secret string // the cluster secret file
-	fence  string // the fence agents file, or ""
-	faults bool   // storage servers run with --fault-file (faultFile)
-	caches string // the root of the targets' flash caches (cacheDir), or ""
-	mnt    string // the client's mount point
+	t         *testing.T
+	lab       *netlab.Lab
+	bin       string // the tandem binary
+	dir       string // everything of this cluster; kept if the test fails
+	secret    string // the cluster secret file
+	fence     string // the fence agents file, or ""
+	faults    bool   // storage servers run with --fault-file (faultFile)
+	caches    string // the root of the targets' flash caches (cacheDir), or ""
+	cacheMode string
+	mnt       string // the client's mount point
 
 	// Who runs what: the storage servers' hosts, each server's targets,
 	// the replicated chains they form (0: as many as the order in which
@@ -101,13 +103,13 @@ func startCluster(t *testing.T, prefix string, opts clusterOptions) *cluster {
 	testcluster.RequireFUSE(t)
 	c := newCluster(t, prefix, topology)
 	c.faults = opts.faults
-	if opts.cache {
+	if opts.cache != "" {
 		dir, err := os.MkdirTemp("/dev/shm", "hamatrix-"+prefix+"-cache-")
 		if err != nil {
 			t.Fatalf("a directory for the flash caches on tmpfs: %v", err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		c.caches = dir
+		c.caches, c.cacheMode = dir, opts.cache
 	}
 	c.mnt = filepath.Join(c.dir, "mnt")
 	cleanup(t, "unmounting", c.unmount)
@@ -350,7 +352,7 @@ func (c *cluster) startStorage(host string) {
 		for i := 1; i <= c.targets; i++ {
 			args = append(args, "--cache", c.cacheDir(host, i))
 		}
-		args = append(args, "--cache-size", "512M")
+		args = append(args, "--cache-size", "512M", "--cache-mode", c.cacheMode)
 	}
 	if c.faults {
 		args = append(args, "--fault-file", c.faultFile(host))
@@ -380,7 +382,8 @@ func (c *cluster) faultFile(host string) string {
 type faultRule struct {
 	Path  string `json:"path"`
 	Ops   string `json:"ops"`
-	Errno string `json:"errno"`
+	Errno string `json:"errno,omitempty"`
+	Delay string `json:"delay,omitempty"` // a slow disk: each matching call waits this long
 	Times int    `json:"times,omitempty"` // 0: every matching call
 }
 

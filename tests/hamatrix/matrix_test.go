@@ -24,9 +24,9 @@ type scenario struct {
 	// blocks says that no copy of the data remains, so clients must wait
 	// (not fail) until a server returns: no bound on the stall then.
 	blocks bool
-	fence  bool // the metadata replicas run fence agents
-	faults bool // the storage servers take disk faults from a file
-	cache  bool // every target has a write-through flash cache (tmpfs)
+	fence  bool   // the metadata replicas run fence agents
+	faults bool   // the storage servers take disk faults from a file
+	cache  string // every target has a flash cache (tmpfs) in this mode
 	// act injects the failure (run.inject) into the running load and
 	// heals it (run.heal) as the scenario says.
 	act func(r *run)
@@ -194,7 +194,7 @@ var scenarios = []scenario{
 	},
 	{
 		num: 9, id: "cache_device_fails", name: "the flash cache device of srv1's targets fails (EIO on every call), write-through",
-		faults: true, cache: true, short: true,
+		faults: true, cache: "writethrough", short: true,
 		act: func(r *run) {
 			dev := r.c.caches + "/srv1/"
 			r.inject("EIO for every call under "+dev, func() error {
@@ -209,6 +209,61 @@ var scenarios = []scenario{
 			r.heal("clear the faults", func() error { return r.c.setFaults("srv1", nil) })
 		},
 	},
+	{
+		num: 10, id: "crash_with_dirty_cache", name: "server crash (kill -9 of everything on srv1) with data written back to its flash cache and not yet on its slow disk",
+		faults: true, cache: "writeback", short: true, failover: true,
+		act: func(r *run) {
+			slowDisks(r)
+			r.inject("kill -9 of every process on srv1", func() error { return r.c.host("srv1").KillAll() })
+			r.waitFailover()
+			r.heal("restart srv1's metadata replica and storage server, its disks no longer slow", func() error {
+				if err := r.c.setFaults("srv1", nil); err != nil {
+					return err
+				}
+				r.c.restartServer("srv1")
+				return nil
+			})
+		},
+	},
+	{
+		num: 11, id: "dirty_cache_device_fails", name: "the flash cache device of srv1's targets fails (EIO on every call) holding data written back and not yet on the slow disks",
+		faults: true, cache: "writeback", failover: true,
+		act: func(r *run) {
+			rules := slowDisks(r)
+			dev := r.c.caches + "/srv1/"
+			r.inject("EIO for every call under "+dev, func() error {
+				return r.c.setFaults("srv1", append(rules, faultRule{Path: dev, Ops: "all", Errno: "EIO"}))
+			})
+			r.waitFailover() // the targets fail every call: the disks miss acknowledged writes
+			r.sleepUntil(r.injected.Add(hold))
+			r.heal("a new cache device (clear the faults) and restart srv1's storage server, which sets the stale chunks aside for the resync", func() error {
+				if err := r.c.setFaults("srv1", nil); err != nil {
+					return err
+				}
+				if err := r.c.stopStorage("srv1"); err != nil {
+					return err
+				}
+				r.c.startStorage("srv1")
+				return nil
+			})
+		},
+	},
+}
+
+// slowDisks makes srv1's target disks take 100 ms for each write (its
+// flash caches, on tmpfs, stay fast) and waits 3 s, so that its caches
+// hold written-back data their destagers have not copied yet; it returns
+// the rule.
+func slowDisks(r *run) []faultRule {
+	var rules []faultRule
+	for i := 1; i <= r.c.targets; i++ {
+		rules = append(rules, faultRule{Path: r.c.targetDir("srv1", i) + "/", Ops: "write", Delay: "100ms"})
+	}
+	if err := r.c.setFaults("srv1", rules); err != nil {
+		r.t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	return rules
 }
 
 // prefix is the scenario's lab prefix.
