@@ -1,6 +1,7 @@
 package hamatrix
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -251,9 +252,9 @@ var scenarios = []scenario{
 }
 
 // slowDisks makes srv1's target disks take 100 ms for each write (its
-// flash caches, on tmpfs, stay fast) and waits 3 s, so that its caches
-// hold written-back data their destagers have not copied yet; it returns
-// the rule.
+// flash caches, on tmpfs, stay fast) and waits until its caches report
+// written-back data their destagers have not copied yet (at least 3 s);
+// it returns the rules.
 func slowDisks(r *run) []faultRule {
 	var rules []faultRule
 	for i := 1; i <= r.c.targets; i++ {
@@ -263,7 +264,20 @@ func slowDisks(r *run) []faultRule {
 		r.t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	return rules
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		st, err := r.c.status(context.Background())
+		var dirty uint64
+		for _, k := range st.cachesOf(r.c.targetDir("srv1", 1)) {
+			dirty += k
+		}
+		if err == nil && dirty > 0 {
+			r.t.Logf("srv1's caches hold %d MiB written back and not yet on the disks", dirty>>20)
+			return rules
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("srv1's caches hold nothing dirty 23 s after its disks were slowed (%v): the row would not test write-back", err)
+		}
+	}
 }
 
 // prefix is the scenario's lab prefix.

@@ -38,7 +38,12 @@ type status struct {
 		Path   string `json:"path"`
 		State  string `json:"state"`
 	} `json:"targets"`
-	Chains  []chain `json:"chains"`
+	Chains []chain `json:"chains"`
+	// Caches are the targets' flash caches (cluster option cache).
+	Caches []struct {
+		Path  string `json:"path"`
+		Dirty uint64 `json:"dirty_bytes"`
+	} `json:"caches"`
 	Resyncs []struct {
 		Chain   uint32 `json:"chain"`
 		Target  uint32 `json:"target"`
@@ -417,4 +422,20 @@ func (m *monitor) waitFor(since time.Time, timeout time.Duration, cond func(*sta
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// cachesOf is the dirty bytes of each cache whose target's path shares
+// the directory of target (a host's targets sit side by side); nil st
+// has none.
+func (st *status) cachesOf(target string) []uint64 {
+	if st == nil {
+		return nil
+	}
+	var out []uint64
+	for _, k := range st.Caches {
+		if filepath.Dir(k.Path) == filepath.Dir(target) {
+			out = append(out, k.Dirty)
+		}
+	}
+	return out
 }
