@@ -13,11 +13,13 @@ import (
 	"tandemfs/internal/client"
 	"tandemfs/internal/fuse"
 	"tandemfs/internal/rpc"
+	"tandemfs/internal/storage"
 )
 
 func init() {
 	var metaAddr, secretFile, cacheSize, ioUring string
 	var debug, cacheDirect bool
+	var cacheDir, cacheDirSize string
 	var giveUp time.Duration
 	cmd := &cobra.Command{
 		Use:   "mount --meta ADDR --secret-file FILE MOUNTPOINT",
@@ -41,8 +43,12 @@ func init() {
 				return err
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
+			diskBytes, err := diskCacheSetting(cacheDir, cacheDirSize)
+			if err != nil {
+				return &exitError{2, err}
+			}
 			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp),
-				BlockCacheBytes: cacheBytes, CacheDirectIO: cacheDirect})
+				BlockCacheBytes: cacheBytes, CacheDirectIO: cacheDirect, DiskCacheDir: cacheDir, DiskCacheBytes: diskBytes})
 			if err != nil {
 				return err
 			}
@@ -66,6 +72,8 @@ func init() {
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
 	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads of files this client holds leases on; 0 turns it off")
+	f.StringVar(&cacheDir, "cache-dir", "", "keep blocks of the files read in this directory on the local disk (flash), across mounts, up to --cache-dir-size; answered only while they are the file's current version (off by default)")
+	f.StringVar(&cacheDirSize, "cache-dir-size", "0", "bytes --cache-dir may hold (e.g. 100G; 0: nine tenths of its file system)")
 	f.BoolVar(&cacheDirect, "cache-direct-io", false, "let the block cache answer O_DIRECT reads and keep small O_DIRECT writes (by default O_DIRECT reads and writes always go to the storage targets)")
 	f.StringVar(&ioUring, "io-uring", "on", "on: serve the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), each request on its caller's CPU, turning the fuse module's enable_uring on (root), else over /dev/fuse; off: over /dev/fuse (docs/architecture.md, \"Kernel transport\")")
 	cmd.MarkFlagRequired("secret-file")
@@ -114,6 +122,29 @@ func giveUpSetting(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// diskCacheSetting is the size of the disk cache in dir (--cache-dir):
+// sizeText, or 0 for nine tenths of dir's file system.
+func diskCacheSetting(dir, sizeText string) (int64, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	n, err := parseSize(sizeText)
+	if err != nil {
+		return 0, fmt.Errorf("--cache-dir-size %q: %v", sizeText, err)
+	}
+	if n > 0 {
+		return int64(n), nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, fmt.Errorf("--cache-dir: %w", err)
+	}
+	total, _, err := storage.OSFS{}.Statfs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("--cache-dir %s: %w", dir, err)
+	}
+	return int64(total / 10 * 9), nil
 }
 
 // blockCacheSetting maps --cache-size to client.Config.BlockCacheBytes,

@@ -406,21 +406,18 @@ func (c *Client) leaseInBackground(ino uint64) {
 // time: two concurrent writes may reach the servers in either order);
 // gen is the generation to insert them with.
 func (c *Client) startCachedWrite(st *fileState, off uint64, data []byte, direct bool) (keep bool, gen uint64) {
+	keep = direct && st.writers == 0 && cacheableIO(off, len(data))
+	st.writers++ // also for the disk cache (diskcache.go)
 	if !c.blocks.enabled() {
 		return false, 0
 	}
-	keep = direct && st.writers == 0 && cacheableIO(off, len(data))
-	st.writers++
 	return keep, c.blocks.dropRange(st.ino, off, uint64(len(data)))
 }
 
 // endCachedWrite ends a write started by startCachedWrite, keeping its
 // blocks if keep (and no drop of the file came after gen).
 func (c *Client) endCachedWrite(st *fileState, off uint64, data []byte, gen uint64, keep bool) {
-	if !c.blocks.enabled() {
-		return
-	}
-	if keep {
+	if keep && c.blocks.enabled() {
 		c.blocks.insert(st.ino, off, data, gen)
 	}
 	st.mu.Lock()

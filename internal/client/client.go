@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"tandemfs/internal/diskcache"
 	"tandemfs/internal/epoch"
 	"tandemfs/internal/proto"
 	"tandemfs/internal/rpc"
@@ -36,6 +37,11 @@ type Config struct {
 	// BlockCacheBytes bounds the block cache (blockcache.go): 0 is
 	// DefaultBlockCacheBytes, negative turns it off.
 	BlockCacheBytes int64
+	// DiskCacheDir, if set, keeps file blocks in that directory on the
+	// client's local disk across mounts, up to DiskCacheBytes
+	// (diskcache.go; tandem mount --cache-dir).
+	DiskCacheDir   string
+	DiskCacheBytes int64
 	// CacheDirectIO lets the block cache answer O_DIRECT reads and keep
 	// small O_DIRECT writes. Off (the default), O_DIRECT means what it
 	// says: every read and write goes to the storage targets, which is
@@ -88,12 +94,13 @@ type Client struct {
 	opensGen atomic.Uint64
 	locks    lockBook // owners that may hold file locks (locks.go)
 
-	ns         nsCache         // inodes and entries learnt, kept current by watchLoop
-	leases     *leaseTable     // directories this client knows every name of (leases.go)
-	fileLeases *fileLeaseTable // files this client opens without asking (fileleases.go)
-	blocks     *blockCache     // small reads answered from memory (blockcache.go)
-	pages      pageVersions    // when the kernel may keep a file's pages (kernelpages.go)
-	metaCalls  atomic.Uint64   // calls to the metadata service, watches aside
+	ns         nsCache          // inodes and entries learnt, kept current by watchLoop
+	leases     *leaseTable      // directories this client knows every name of (leases.go)
+	fileLeases *fileLeaseTable  // files this client opens without asking (fileleases.go)
+	blocks     *blockCache      // small reads answered from memory (blockcache.go)
+	disk       *diskcache.Cache // blocks kept on local disk across mounts (diskcache.go); nil: none
+	pages      pageVersions     // when the kernel may keep a file's pages (kernelpages.go)
+	metaCalls  atomic.Uint64    // calls to the metadata service, watches aside
 	inv        atomic.Pointer[Invalidator]
 
 	stop chan struct{}
@@ -137,6 +144,14 @@ func New(cfg Config) (*Client, error) {
 		c.closeMetas()
 		return nil, fmt.Errorf("metadata service %s: %w", cfg.MetaAddr, err)
 	}
+	if cfg.DiskCacheDir != "" {
+		disk, err := diskcache.Open(cfg.DiskCacheDir, cfg.DiskCacheBytes)
+		if err != nil {
+			c.closeMetas()
+			return nil, err
+		}
+		c.disk = disk
+	}
 	c.keepalive()
 	c.wg.Add(2)
 	go c.background()
@@ -168,6 +183,11 @@ func (c *Client) Close() {
 	}
 	close(c.stop)
 	c.wg.Wait()
+	if c.disk != nil {
+		if err := c.disk.Close(); err != nil {
+			c.cfg.Logf("client: closing the disk cache: %v (the next mount starts it empty)", err)
+		}
+	}
 	c.closeMetas()
 	c.storageMu.Lock()
 	for _, s := range c.storage {

@@ -114,10 +114,21 @@ func (c *Client) writePieceList(in *proto.Inode, pieces []piece, data []byte, sy
 
 // readPieces fills buf from the file's chunks; missing chunks and ranges
 // past a chunk's end are holes and read as zeros.
+// With a disk cache (diskcache.go) it answers from there when it may, and
+// keeps what the servers sent.
 func (c *Client) readPieces(in *proto.Inode, off uint64, buf []byte) error {
+	key, cached := c.diskKey(in)
+	if cached && c.disk.Get(key, off, buf) {
+		return nil
+	}
 	err := c.readPiecesOf(in, off, buf)
 	if errnoOf(err) == proto.ErrLayoutChanged {
 		return c.readConverted(in, off, buf)
+	}
+	if err == nil && cached {
+		if again, ok := c.diskKey(in); ok && again == key {
+			c.disk.Put(key, off, buf)
+		}
 	}
 	return err
 }

@@ -342,6 +342,7 @@ func (c *Client) watched(r *proto.WatchReply, forgetAll bool) (ended bool) {
 			// The blocks first: the leader answers the change once
 			// this client's next watch request shows it taken in.
 			c.blocks.dropFile(ev.Ino)
+			c.dropDisk(ev.Ino)
 			if c.fileLeases.foreignChange(ev.Ino, ev.Index) {
 				ended = true
 			}

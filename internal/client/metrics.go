@@ -31,6 +31,12 @@ func (c *Client) ExportMetrics() {
 		func() float64 { return float64(c.BlockCacheStats().Misses) })
 	metrics.Func("tandem_client_block_cache_bytes", "Bytes the block cache holds.",
 		func() float64 { return float64(c.BlockCacheStats().Bytes) })
+	metrics.CounterFunc("tandem_client_disk_cache_hits_total", "Reads answered from the client's disk cache (--cache-dir).",
+		func() float64 { return float64(c.DiskCacheStats().Hits) })
+	metrics.CounterFunc("tandem_client_disk_cache_misses_total", "Reads the disk cache could not answer.",
+		func() float64 { return float64(c.DiskCacheStats().Misses) })
+	metrics.Func("tandem_client_disk_cache_bytes", "Bytes of blocks the disk cache holds.",
+		func() float64 { return float64(c.DiskCacheStats().Used) })
 	metrics.CounterFunc("tandem_client_meta_calls_total", "Calls to the metadata service (watches aside).",
 		func() float64 { return float64(c.MetaCalls()) })
 }

@@ -321,6 +321,7 @@ func (c *Client) SetAttr(r *proto.SetAttrReq) (*proto.Inode, error) {
 		// After the chunks are cut: a read that crossed the cut must
 		// not leave the bytes it cut here.
 		c.blocks.dropFile(r.Ino)
+		c.dropDisk(r.Ino)
 		if err != nil {
 			return nil, err
 		}
