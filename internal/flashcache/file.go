@@ -338,9 +338,8 @@ func (f *file) writeThrough(b []byte, off int64, write func(storage.File) (int, 
 	return wrote, nil
 }
 
-// Truncate cuts the disk's file and the copy.
-// Written back (the chunk has a complete copy), the copy alone is cut and
-// the destager cuts the disk's file; otherwise both are.
+// Truncate cuts the disk's file and the copy; written back (the chunk has
+// a complete copy), the copy alone, and the destager cuts the disk's file.
 func (f *file) Truncate(size int64) error {
 	if f.t.lost.Load() {
 		return lostError("truncate", f.rel)
