@@ -242,7 +242,7 @@ func Open(cfg Config) (*Tier, error) {
 	if cfg.Mode == Off && !wroteBack {
 		return t, nil
 	}
-	if err := t.checkWriteBackFlag(); err != nil {
+	if err := t.checkWriteBackFlag(stale); err != nil {
 		return nil, err
 	}
 	if cfg.Mode != Off {

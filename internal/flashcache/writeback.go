@@ -512,14 +512,16 @@ func (t *Tier) setAsideStale() (bool, error) {
 }
 
 // checkWriteBackFlag refuses a cache other than the one a target wrote
-// back to, and records write-back on the disk when it begins.
-func (t *Tier) checkWriteBackFlag() error {
+// back to, or that one empty unless the chunks it held dirty were set
+// aside (stale: a new device after a failed one), and records write-back
+// on the disk when it begins.
+func (t *Tier) checkWriteBackFlag(stale bool) error {
 	flag := filepath.Join(t.target, wbFlagName)
 	b, err := storage.ReadFile(t.slow, flag)
 	switch {
 	case err == nil && strings.TrimSpace(string(b)) != t.dir:
 		return fmt.Errorf("target %s was written back to the cache %s, not %s: start it with that cache so that what it holds is destaged first", t.target, strings.TrimSpace(string(b)), t.dir)
-	case err == nil && !t.hasManifest():
+	case err == nil && !stale && !t.hasManifest():
 		return fmt.Errorf("target %s was written back to the cache %s, which holds no cache now (a new device?): the target's disk may miss acknowledged writes. "+
 			"Replace the target (tandem target replace --id N onto an empty directory): its chains copy every chunk to it from the other members", t.target, t.dir)
 	case err != nil && !errors.Is(err, os.ErrNotExist):

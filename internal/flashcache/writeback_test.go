@@ -292,8 +292,9 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 
 // The cache device failing while it holds dirty chunks: the disk's older
 // bytes are never served (every call fails with EIO, so the server
-// reports the target failed), and at the next start the chunks are moved
-// aside for the chain's resync to copy back.
+// reports the target failed), and at the next start, with a new (empty)
+// cache device, the chunks are moved aside for the chain's resync to copy
+// back.
 func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	r := newWBRig(t, 256<<20)
 	r.write(1, 1, 0, bytes.Repeat([]byte{3}, 64<<10)) // destaged: clean
@@ -316,6 +317,9 @@ func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	r.crash()
 	release()
 	r.fast.Clear()
+	if err := os.RemoveAll(r.cache); err != nil { // a new device
+		t.Fatal(err)
+	}
 	r.open(256 << 20)
 	if _, err := os.Stat(r.diskPath(1, 0)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the chunk the lost cache held dirty is still in the target: %v", err)
