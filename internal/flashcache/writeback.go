@@ -36,6 +36,10 @@ import (
 //     destaged again: a later overwrite is never left behind an earlier one.
 //   - Eviction skips dirty copies; past half of the cache dirty, writes go
 //     through to the disk (dm-writecache's high watermark).
+//   - A destage the disk fails makes writes go through until one succeeds:
+//     the engine then meets the disk's errors itself and reports the
+//     target failed (its chains serve from the other members), as without
+//     a cache.
 //   - Chains of one target (erasure-coded shards), chains with one serving
 //     member and chunks with no copy on the flash write through.
 //   - The cache device failing with dirty copies leaves the disk stale in
@@ -126,7 +130,7 @@ func (t *Tier) SetWriteBackRule(ok func(chain uint32) bool) {
 
 // writesBack reports whether a write to rel may be written back now.
 func (t *Tier) writesBack(rel string) bool {
-	if t.cfg.Mode != WriteBack || t.lost.Load() || !t.serving() {
+	if t.cfg.Mode != WriteBack || t.lost.Load() || t.diskFailing.Load() || !t.serving() {
 		return false
 	}
 	if t.dirtyBytes.Load() >= t.cfg.Size/2 {
@@ -271,11 +275,18 @@ func (t *Tier) destager() {
 		}
 		e := t.dirtyQ.Remove(t.dirtyQ.Front()).(*entry)
 		t.dq.Unlock()
-		t.paused.RLock()
+		if h := t.hold.Load(); h != nil {
+			select {
+			case <-*h:
+			case <-t.stop:
+				return // e stays dirty, its marker with it
+			}
+		}
 		if err := t.destage(e); err != nil && !errors.Is(err, errGone) {
 			t.destageFailed(e, err)
+		} else if err == nil {
+			t.diskFailing.Store(false)
 		}
-		t.paused.RUnlock()
 	}
 }
 
@@ -441,7 +452,9 @@ func (t *Tier) readCopyAt(e *entry, b []byte, off int64) (int, error) {
 // and is tried again; the cache device failing is fail's.
 func (t *Tier) destageFailed(e *entry, err error) {
 	if isDiskError(err) {
-		t.cfg.Logf("flashcache: destaging %s to %s: %v; trying again", e.rel, t.target, err)
+		if !t.diskFailing.Swap(true) {
+			t.cfg.Logf("flashcache: destaging %s to %s: %v; writing through until a destage succeeds, trying again", e.rel, t.target, err)
+		}
 		select {
 		case <-t.stop:
 		case <-time.After(time.Second):
@@ -693,8 +706,12 @@ type wbState struct {
 	dirtyBytes atomic.Int64
 	destaged   atomic.Int64
 
-	// paused, held by a test, holds the destager back.
-	paused sync.RWMutex
+	// hold, set by a test, holds the destager back until it is closed.
+	hold atomic.Pointer[chan struct{}]
+	// diskFailing: the last destage failed on the disk; writes go
+	// through until one succeeds, so that the engine meets the disk's
+	// errors and reports the target failed.
+	diskFailing atomic.Bool
 
 	dq       sync.Mutex
 	dqCond   *sync.Cond

@@ -48,11 +48,13 @@ func (r *rig) onDisk(ino, idx uint64) []byte {
 	return b
 }
 
-// holdDestages makes the disk refuse the destager's writes (as a disk
-// that fails them would; the engine writes nothing there itself while it
-// writes back) until the returned func is called.
+// holdDestages holds the destager back until the returned func is
+// called (a crash meanwhile leaves what it held dirty).
 func (r *rig) holdDestages() (release func()) {
-	return r.slow.Inject(storage.Fault{Ops: storage.OpWrite | storage.OpTruncate, Path: "/chains/7/chunks/", Err: syscall.EIO})
+	ch := make(chan struct{})
+	r.tier.hold.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 func (r *rig) sync(ino uint64, idx ...uint64) {
@@ -259,9 +261,8 @@ func TestADirtyChunkDeletedStaysDeleted(t *testing.T) {
 // the writes go through: nothing written back is lost to a full cache.
 func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 	r := newWBRig(t, MinSize)
-	r.tier.paused.Lock() // the destager falls behind
-	var resume sync.Once
-	defer resume.Do(r.tier.paused.Unlock) // before the rig closes
+	release := r.holdDestages() // the destager falls behind
+	defer release()
 	rnd := rand.New(rand.NewPCG(5, 5))
 	want := map[uint64][]byte{}
 	var most int64
@@ -281,7 +282,7 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 			t.Fatalf("chunk %d reads back other bytes", idx)
 		}
 	}
-	resume.Do(r.tier.paused.Unlock)
+	release()
 	r.waitDestaged()
 	for idx, w := range want {
 		if got := r.onDisk(1, idx); !bytes.Equal(got, w) {
@@ -348,5 +349,29 @@ func TestATargetWhoseWriteBackCacheIsGoneIsRefused(t *testing.T) {
 	err := r.openErr(256 << 20)
 	if err == nil || !strings.Contains(err.Error(), "holds no cache now") {
 		t.Fatalf("a start with the written-back cache gone: %v; want a refusal", err)
+	}
+}
+
+// A disk that fails the destager's writes is met by the next write, which
+// goes through (EIO to the engine, which reports the target failed); what
+// was written back before still reads from the flash.
+func TestADiskFailingUnderWriteBackIsMetByTheNextWrite(t *testing.T) {
+	r := newWBRig(t, 256<<20)
+	want := bytes.Repeat([]byte{6}, 64<<10)
+	r.slow.Inject(storage.Fault{Ops: storage.OpWrite | storage.OpTruncate, Path: "/chains/7/chunks/", Err: syscall.EIO})
+	r.write(1, 0, 0, want)
+	r.sync(1, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for !r.tier.diskFailing.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("no destage failed in 5 s with the disk failing every write")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := r.tg.Write(1, 1, 0, want); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a write after a destage failed on the disk: %v; want the disk's EIO", err)
+	}
+	if got := r.read(1, 0, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("the chunk written back before reads back other bytes")
 	}
 }
