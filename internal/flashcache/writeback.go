@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -87,34 +88,8 @@ type dirtyState struct {
 	bytes  int64      // what these ranges count in Tier.dirtyBytes
 }
 
-// markerName is rel's marker file name: one level, / and % escaped.
-func markerName(rel string) string {
-	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(rel)
-}
-
-func relOfMarker(name string) (string, error) {
-	return urlUnescape(name)
-}
-
-func urlUnescape(s string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", fmt.Errorf("bad marker name %q", s)
-		}
-		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-		if err != nil {
-			return "", fmt.Errorf("bad marker name %q", s)
-		}
-		b.WriteByte(byte(v))
-		i += 2
-	}
-	return b.String(), nil
-}
+// markerName is rel's marker file name: one level, / (and %) escaped.
+func markerName(rel string) string { return url.PathEscape(rel) }
 
 func (t *Tier) markerPath(rel string) string {
 	return filepath.Join(t.dir, dirtyDir, markerName(rel))
@@ -154,11 +129,8 @@ func (t *Tier) writesBack(rel string) bool {
 func (t *Tier) dirtyRange(e *entry, off, end int64) error {
 	e.dmu.Lock()
 	defer e.dmu.Unlock()
-	if !e.ds.dirty {
-		if err := t.writeMarker(e.rel); err != nil {
-			return err
-		}
-		e.ds.dirty, e.ds.cut = true, -1
+	if err := t.markDirty(e); err != nil {
+		return err
 	}
 	if !e.ds.whole {
 		before := rangeBytes(e.ds.ranges)
@@ -177,15 +149,24 @@ func (t *Tier) dirtyRange(e *entry, off, end int64) error {
 	return nil
 }
 
+// markDirty makes e dirty, its marker first (e.dmu held).
+func (t *Tier) markDirty(e *entry) error {
+	if e.ds.dirty {
+		return nil
+	}
+	if err := t.writeMarker(e.rel); err != nil {
+		return err
+	}
+	e.ds.dirty, e.ds.cut = true, -1
+	return nil
+}
+
 // dirtyCut records a truncate of e to size.
 func (t *Tier) dirtyCut(e *entry, size int64) error {
 	e.dmu.Lock()
 	defer e.dmu.Unlock()
-	if !e.ds.dirty {
-		if err := t.writeMarker(e.rel); err != nil {
-			return err
-		}
-		e.ds.dirty, e.ds.cut = true, -1
+	if err := t.markDirty(e); err != nil {
+		return err
 	}
 	if e.ds.cut < 0 || size < e.ds.cut {
 		e.ds.cut = size
@@ -578,7 +559,7 @@ func (t *Tier) loadDirty() error {
 		return err
 	}
 	for _, name := range names {
-		rel, err := relOfMarker(name)
+		rel, err := url.PathUnescape(name)
 		if err != nil || !isChunkPath(rel) {
 			t.fast.Remove(filepath.Join(t.dir, dirtyDir, name))
 			continue
