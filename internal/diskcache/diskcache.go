@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"tandemfs/internal/storage"
 )
 
 // BlockSize is the cache's unit: a read is answered only if every block
@@ -152,16 +154,14 @@ func (c *Cache) load() error {
 	return nil
 }
 
+// writeIndex replaces index.json durably: the "not clean" an Open writes
+// must survive a power cut, or torn blocks would be taken back.
 func (c *Cache) writeIndex(idx indexJSON) error {
 	b, err := json.Marshal(idx)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(c.dir, "index.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(c.dir, "index.json"))
+	return storage.WriteFileAtomic(storage.OSFS{}, filepath.Join(c.dir, "index.json"), b)
 }
 
 // blocksOf is the range of blocks [first, last] that n bytes at off touch.
