@@ -253,6 +253,9 @@ func Open(cfg Config) (*Tier, error) {
 	if err := t.load(stale); err != nil {
 		return nil, err
 	}
+	if err := t.forgetLostList(); err != nil {
+		return nil, fmt.Errorf("cache %s: %w", t.dir, err)
+	}
 	if cfg.Mode != WriteBack {
 		if err := t.leaveWriteBack(); err != nil {
 			return nil, err
@@ -641,9 +644,13 @@ func (t *Tier) Stats() Stats {
 	if t.failed != nil {
 		s.Failed = t.failed.Error()
 	}
-	switch {
+	switch n := t.lostCount.Load(); {
 	case t.lost.Load():
-		s.Failed += "; it held writes not yet on the disk: the target is failed until its server restarts, which resyncs it from the other copies"
+		s.Failed += fmt.Sprintf("; it held %d chunks not yet on the disk: the target is failed over until its chains take it out, then rejoins them to copy those back", n)
+	case t.recovering.Load():
+		s.Failed += fmt.Sprintf("; it held %d chunks not yet on the disk: they were set aside and are being copied back from the chains' other members; the target writes through to its disk", n)
+	case t.resynced.Load():
+		s.Failed += fmt.Sprintf("; the %d chunks it held not yet on the disk were copied back from the chains' other members; the target writes through to its disk, which holds every acknowledged write", n)
 	case t.failed != nil:
 		s.Failed += "; the target serves from its disk alone, which holds every acknowledged write"
 	}

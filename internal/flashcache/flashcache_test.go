@@ -89,6 +89,18 @@ func (r *rig) close() {
 	}
 }
 
+// reopenEngine closes the engine's target and opens it again on the same
+// tier: the handles it held are gone, as when a server retires them.
+func (r *rig) reopenEngine() {
+	r.t.Helper()
+	r.tg.Close()
+	tg, err := storage.OpenTarget(r.store, storage.Options{FS: r.tier, Logf: r.t.Logf, FinishFormat: true})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.tg = tg
+}
+
 // crash drops the target and the tier without closing the tier, as a
 // process killed would.
 func (r *rig) crash() {

@@ -53,6 +53,37 @@ func (s *Set) MarkTopDir(name string) error {
 	return nil
 }
 
+// tier is the tier of the target at dir, or nil.
+func (s *Set) tier(dir string) *Tier {
+	t, _ := s.pick(dir).(*Tier)
+	return t
+}
+
+// RecoverLost is the RecoverLost of the target's tier
+// (storage.RecoverableFS).
+func (s *Set) RecoverLost(dir string) ([]string, bool, error) {
+	if t := s.tier(dir); t != nil {
+		return t.RecoverLost()
+	}
+	return nil, false, nil
+}
+
+// LostChunks is the LostChunks of the target's tier.
+func (s *Set) LostChunks(dir string) ([]string, error) {
+	if t := s.tier(dir); t != nil {
+		return t.LostChunks()
+	}
+	return nil, nil
+}
+
+// ResyncedLost is the ResyncedLost of the target's tier.
+func (s *Set) ResyncedLost(dir string) error {
+	if t := s.tier(dir); t != nil {
+		return t.ResyncedLost()
+	}
+	return nil
+}
+
 // Close closes every tier (marking their caches clean).
 func (s *Set) Close() error {
 	var first error

@@ -46,9 +46,12 @@ import (
 //   - The cache device failing with dirty copies leaves the disk stale in
 //     them: the tier lists them in the target's tandem-cache-stale file and
 //     fails every later call on chunks with EIO, so the server reports the
-//     target failed and its chains serve from the other members; at the
-//     next start the listed chunks are moved aside (cache-lost/), so that
-//     the chain's resync copies them back from another member.
+//     target failed and its chains serve from the other members. Once the
+//     chains took it out, the server has the tier move the listed chunks
+//     aside (cache-lost/, RecoverLost) and brings the target back: the
+//     tier serves from the disk (write-through), and the chains' resync
+//     copies the chunks back from the other members (storage/lostchunks.go).
+//     A start before that completed sets them aside again.
 //   - A target written back carries tandem-writeback (naming the cache) on
 //     its disk until a start in another mode has destaged everything: a
 //     server started without that cache refuses to serve the stale disk.
@@ -74,7 +77,7 @@ const (
 // ErrCacheLost is what every call on a chunk of a target answers once its
 // cache device failed holding writes the disk does not have (with EIO, so
 // that the server reports the target failed).
-var ErrCacheLost = fmt.Errorf("the flash cache holding this target's newest writes failed, so the target is out of service until its next start resyncs it: %w", syscall.EIO)
+var ErrCacheLost = fmt.Errorf("the flash cache holding this target's newest writes failed, so the target is out of service until its chains take it out and it is resynced: %w", syscall.EIO)
 
 func lostError(op, rel string) error { return &os.PathError{Op: op, Path: rel, Err: ErrCacheLost} }
 
@@ -449,11 +452,14 @@ func (t *Tier) destageFailed(e *entry, err error) {
 }
 
 // lose handles the cache device failing while copies were dirty: their
-// names go to the target's stale list on the disk, and every later call
-// on chunks fails (ErrCacheLost), so that the server reports the target
-// failed. Called by fail with the dirty entries.
+// names go to the target's lost list on the disk, and every later call on
+// chunks fails (ErrCacheLost), so that the server reports the target
+// failed; once its chains took it out, the server has the tier set the
+// chunks aside (RecoverLost) and brings the target back for the chains to
+// resync. Called by fail with the dirty entries.
 func (t *Tier) lose(dirty []string) {
 	t.lost.Store(true)
+	t.lostCount.Store(int64(len(dirty)))
 	list := strings.Join(dirty, "\n") + "\n"
 	if old, err := storage.ReadFile(t.slow, filepath.Join(t.target, staleListName)); err == nil {
 		list = string(old) + list
@@ -461,48 +467,135 @@ func (t *Tier) lose(dirty []string) {
 	if err := storage.WriteFileAtomic(t.slow, filepath.Join(t.target, staleListName), []byte(list)); err != nil {
 		t.cfg.Logf("flashcache: target %s: recording its %d stale chunks: %v (it stays failed; resync it as a replacement)", t.target, len(dirty), err)
 	}
-	t.cfg.Logf("flashcache: cache %s failed holding %d chunks of target %s not yet on its disk: the target fails every call now and is resynced from its chains' other members at its next start",
+	t.cfg.Logf("flashcache: cache %s failed holding %d chunks of target %s not yet on its disk: the target fails over, sets them aside and rejoins its chains, which copy them back",
 		t.dir, len(dirty), t.target)
 }
 
-// setAsideStale moves the chunks a lost cache held dirty out of the
-// target (to cache-lost/), so that the resync at this start copies them
-// from another member, and forgets the list; it reports whether there was
-// one. It runs before the engine opens the target.
-func (t *Tier) setAsideStale() (bool, error) {
-	listPath := filepath.Join(t.target, staleListName)
-	b, err := storage.ReadFile(t.slow, listPath)
+// readLostList reads the target's lost list: the chunks a failed cache
+// held dirty, set aside (or to be) until the chains resynced them. exists
+// is false when there is none; an empty list that exists says that the
+// cache device at the tier's path was given up (its copies are not to be
+// taken back), though every chunk was resynced.
+func (t *Tier) readLostList() (rels []string, exists bool, err error) {
+	b, err := storage.ReadFile(t.slow, filepath.Join(t.target, staleListName))
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	moved := 0
 	for _, rel := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if rel == "" || !isChunkPath(rel) || strings.Contains(rel, "..") {
-			continue
+		if rel != "" && isChunkPath(rel) && !strings.Contains(rel, "..") {
+			rels = append(rels, rel)
 		}
+	}
+	return rels, true, nil
+}
+
+// moveAside moves the chunk files rels out of the target, to cache-lost/
+// (a file already gone is no error), and returns how many it moved.
+func (t *Tier) moveAside(rels []string) (int, error) {
+	moved := 0
+	for _, rel := range rels {
 		dst := filepath.Join(t.target, lostDir, rel)
 		if err := t.slow.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return true, err
+			return moved, err
 		}
 		err := t.slow.Rename(filepath.Join(t.target, rel), dst)
 		if err == nil {
 			moved++
 		} else if !errors.Is(err, os.ErrNotExist) {
-			return true, err
+			return moved, err
 		}
 	}
-	if err := t.slow.SyncDir(t.target); err != nil {
+	return moved, t.slow.SyncDir(t.target)
+}
+
+// setAsideStale moves the chunks of the lost list out of the target again
+// at a start before their resync completed (a change forwarded meanwhile
+// may have recreated part of one), so that the resync copies them whole;
+// it reports whether there is a list (the cache's copies are then given
+// up). It runs before the engine opens the target.
+func (t *Tier) setAsideStale() (bool, error) {
+	rels, exists, err := t.readLostList()
+	if err != nil || !exists {
+		return false, err
+	}
+	moved, err := t.moveAside(rels)
+	if err != nil {
 		return true, err
 	}
-	if err := t.slow.Remove(listPath); err != nil {
-		return true, err
+	if len(rels) > 0 {
+		t.lostCount.Store(int64(len(rels)))
+		t.recovering.Store(true)
+		t.cfg.Logf("flashcache: target %s: %d chunks its failed cache held newer than the disk are set aside (%d moved to %s now) until its chains' resync copies them back",
+			t.target, len(rels), moved, filepath.Join(t.target, lostDir))
 	}
-	t.cfg.Logf("flashcache: target %s: %d chunks its lost cache held newer than the disk were moved to %s; its chains' resync copies them from the other members",
-		t.target, moved, filepath.Join(t.target, lostDir))
 	return true, nil
+}
+
+// RecoverLost sets the chunks a failed cache held dirty aside, once the
+// engine dropped its handles of them, and lets calls through to the disk
+// again: the target can rejoin its chains, whose resync copies the chunks
+// back (storage.RecoverableFS). ok is false unless the cache was lost.
+func (t *Tier) RecoverLost() (lost []string, ok bool, err error) {
+	if !t.lost.Load() {
+		return nil, false, nil
+	}
+	rels, _, err := t.readLostList()
+	if err != nil {
+		return nil, false, err
+	}
+	moved, err := t.moveAside(rels)
+	if err != nil {
+		return nil, false, err
+	}
+	t.recovering.Store(true)
+	t.lost.Store(false)
+	t.cfg.Logf("flashcache: target %s: the %d chunks its failed cache held newer than the disk were moved to %s; it serves from its disk (write-through) while its chains copy them back",
+		t.target, moved, filepath.Join(t.target, lostDir))
+	return rels, true, nil
+}
+
+// LostChunks returns the chunks set aside and not yet resynced.
+func (t *Tier) LostChunks() ([]string, error) {
+	rels, _, err := t.readLostList()
+	return rels, err
+}
+
+// ResyncedLost records that the chains copied the lost chunks back: the
+// list is emptied (it stays, empty, so that the failed device's copies
+// are never taken back), the chunks set aside are removed, and the target
+// no longer needs its cache to start.
+func (t *Tier) ResyncedLost() error {
+	rels, exists, err := t.readLostList()
+	if err != nil || !exists {
+		return err
+	}
+	if err := storage.WriteFileAtomic(t.slow, filepath.Join(t.target, staleListName), nil); err != nil {
+		return err
+	}
+	for _, rel := range rels {
+		if err := t.slow.Remove(filepath.Join(t.target, lostDir, rel)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := t.slow.Remove(filepath.Join(t.target, wbFlagName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	t.recovering.Store(false)
+	t.resynced.Store(true)
+	return t.slow.SyncDir(t.target)
+}
+
+// forgetLostList removes an empty lost list once a start emptied the
+// cache it was about.
+func (t *Tier) forgetLostList() error {
+	rels, exists, err := t.readLostList()
+	if err != nil || !exists || len(rels) > 0 {
+		return err
+	}
+	return t.slow.Remove(filepath.Join(t.target, staleListName))
 }
 
 // checkWriteBackFlag refuses a cache other than the one a target wrote
@@ -682,10 +775,15 @@ func (t *Tier) destageRate() int64 {
 
 // wbState is the Tier's write-back part.
 type wbState struct {
-	wbRule     atomic.Pointer[func(chain uint32) bool]
-	lost       atomic.Bool
-	dirtyBytes atomic.Int64
-	destaged   atomic.Int64
+	wbRule atomic.Pointer[func(chain uint32) bool]
+	lost   atomic.Bool
+	// lostCount is how many chunks the failed cache held dirty;
+	// recovering: they are set aside until the chains resync them;
+	// resynced: they were.
+	lostCount            atomic.Int64
+	recovering, resynced atomic.Bool
+	dirtyBytes           atomic.Int64
+	destaged             atomic.Int64
 
 	// hold, set by a test, holds the destager back until it is closed.
 	hold atomic.Pointer[chan struct{}]

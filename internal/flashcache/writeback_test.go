@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -331,6 +332,84 @@ func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	}
 	if got := r.onDisk(1, 1); !bytes.Equal(got, bytes.Repeat([]byte{3}, 64<<10)) {
 		t.Fatal("the clean chunk changed")
+	}
+}
+
+// The cache device failing with dirty chunks, recovered without a
+// restart: once the server dropped its handles, RecoverLost sets the dirty
+// chunks aside and names them, and the target serves from its disk again;
+// after the chains copied them back (ResyncedLost) the target no longer
+// needs its cache to start, and the failed device's copies are never taken
+// back, even when the device returns with its markers.
+func TestACacheDeviceLostWithDirtyChunksIsRecoveredInPlace(t *testing.T) {
+	r := newWBRig(t, 256<<20)
+	clean := bytes.Repeat([]byte{3}, 64<<10)
+	r.write(1, 1, 0, clean)
+	r.sync(1, 1)
+	r.waitDestaged()
+	release := r.holdDestages()
+	defer release()
+	r.write(1, 0, 0, bytes.Repeat([]byte{4}, 64<<10))
+	r.sync(1, 0)
+	r.fast.Inject(storage.Fault{Ops: storage.OpAll, Err: syscall.EIO})
+	b := make([]byte, 64<<10)
+	if _, err := r.tg.Read(1, 1, b, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("reading a clean chunk before the recovery: %v; want EIO", err)
+	}
+
+	lost, ok, err := r.tier.RecoverLost()
+	if err != nil || !ok {
+		t.Fatalf("RecoverLost: %v, %v", ok, err)
+	}
+	rel, _ := filepath.Rel(r.target, r.diskPath(1, 0))
+	if !slices.Contains(lost, rel) || !slices.Contains(lost, rel+".sum") {
+		t.Fatalf("lost chunks %q; want %s and its checksums", lost, rel)
+	}
+	if _, err := os.Stat(r.diskPath(1, 0)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the chunk the lost cache held dirty is still in the target: %v", err)
+	}
+	if got, err := r.tier.LostChunks(); err != nil || !slices.Equal(got, lost) {
+		t.Fatalf("LostChunks: %q, %v; want %q", got, err, lost)
+	}
+	if _, ok, _ := r.tier.RecoverLost(); ok {
+		t.Fatal("a second RecoverLost found a loss to recover from")
+	}
+	r.reopenEngine() // the server retires its handles
+	if got := r.read(1, 1, len(clean)); !bytes.Equal(got, clean) {
+		t.Fatal("the clean chunk reads back other bytes after the recovery")
+	}
+	if got := r.read(1, 0, 64<<10); len(got) != 0 {
+		t.Fatalf("the set-aside chunk reads %d bytes; want none (the resync copies it)", len(got))
+	}
+	resynced := bytes.Repeat([]byte{5}, 64<<10) // what the chain's resync writes
+	r.write(1, 0, 0, resynced)
+	r.sync(1, 0)
+	if got := r.onDisk(1, 0); !bytes.Equal(got, resynced) {
+		t.Fatal("a write after the recovery is not on the disk when synced (write-through)")
+	}
+	if err := r.tier.ResyncedLost(); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.tier.Stats(); !strings.Contains(st.Failed, "copied back") {
+		t.Fatalf("stats after the resync: %q", st.Failed)
+	}
+	if err := CheckUncached(r.target, nil); err != nil {
+		t.Fatalf("a start without the cache after the resync: %v", err)
+	}
+
+	r.crash()
+	release()
+	r.fast.Clear() // the old device returns, its dirty copy and marker on it
+	r.open(256 << 20)
+	time.Sleep(100 * time.Millisecond) // a destager would have begun
+	if got := r.read(1, 0, len(resynced)); !bytes.Equal(got, resynced) {
+		t.Fatal("the returning device's old dirty copy was taken back")
+	}
+	if got := r.onDisk(1, 0); !bytes.Equal(got, resynced) {
+		t.Fatal("the returning device's old dirty copy was destaged")
+	}
+	if _, err := os.Stat(filepath.Join(r.target, staleListName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the emptied lost list outlived the start that emptied the cache: %v", err)
 	}
 }
 

@@ -267,6 +267,40 @@ func (t *tx) failTarget(r *proto.TargetFailedReq) error {
 	})
 }
 
+// recoverTarget ends the failure of a target its storage server brought
+// back without a restart (it set aside the chunks that lacked writes):
+// its offline members become syncing, so that they take new changes and
+// their heads copy what they lack. A target not failed is left alone.
+func (t *tx) recoverTarget(r *proto.TargetRecoveredReq) error {
+	_, failed, err := get(t.b, u32Key(prefixFailed, r.Target))
+	if err != nil || !failed {
+		return err
+	}
+	v, ok, err := get(t.b, u32Key(prefixTarget, r.Target))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return rpc.Errorf(syscall.ENOENT, "target %d does not exist", r.Target)
+	}
+	tg, err := unmarshalTarget(v)
+	if err != nil {
+		return err
+	}
+	t.b.Delete(u32Key(prefixFailed, r.Target), nil)
+	err = t.updateChains(tg.Server, func(c *proto.Chain, m int) bool {
+		if c.Targets[m] != r.Target || c.States[m] != proto.MemberOffline {
+			return false
+		}
+		c.States[m] = proto.MemberSyncing
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return t.bumpMapVersion() // the target's state is in the map too
+}
+
 // failMember takes member m out of chain c unless it is the chain's last
 // serving member, and reports whether it changed anything.
 func failMember(c *proto.Chain, m int, nowMs int64) bool {

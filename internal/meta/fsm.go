@@ -338,6 +338,10 @@ func (f *FSM) dispatch(t *tx, op uint16, d *wire.Dec, out *wire.Enc) error {
 		var r proto.TargetFailedReq
 		r.Decode(d)
 		return decoded(d, func() error { return t.failTarget(&r) })
+	case proto.OpTargetRecovered:
+		var r proto.TargetRecoveredReq
+		r.Decode(d)
+		return decoded(d, func() error { return t.recoverTarget(&r) })
 	case proto.OpResyncDone:
 		var r proto.ResyncDoneReq
 		r.Decode(d)

@@ -463,6 +463,17 @@ type TargetFailedReq struct {
 func (r *TargetFailedReq) Encode(e *wire.Enc) { e.U32(r.Target); e.String(r.Reason) }
 func (r *TargetFailedReq) Decode(d *wire.Dec) { r.Target = d.U32(); r.Reason = d.String(1024) }
 
+// TargetRecoveredReq reports that a failed target serves again: its
+// storage server set aside the chunks that lacked writes (Reason says
+// how many), which the chains' resyncs copy back.
+type TargetRecoveredReq struct {
+	Target uint32
+	Reason string
+}
+
+func (r *TargetRecoveredReq) Encode(e *wire.Enc) { e.U32(r.Target); e.String(r.Reason) }
+func (r *TargetRecoveredReq) Decode(d *wire.Dec) { r.Target = d.U32(); r.Reason = d.String(1024) }
+
 // FenceEvent is the outcome of running a server's fence agents.
 type FenceEvent struct {
 	ServerID uint32

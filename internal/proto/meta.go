@@ -49,6 +49,9 @@ const (
 	OpOpenWrite     // a client is about to write a file's data to its targets (opens.go)
 	OpConvertBegin  // begin converting a file between copies and erasure coding (convert.go)
 	OpConvertCommit // swap a converted file's layout in (convert.go)
+	// OpTargetRecovered ends a target's failure that its storage server
+	// recovered from without a restart (storage/lostchunks.go).
+	OpTargetRecovered
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

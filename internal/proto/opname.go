@@ -43,6 +43,7 @@ var opNames = map[uint16]string{
 	OpOpenWrite:        "open_write",
 	OpConvertBegin:     "convert_begin",
 	OpConvertCommit:    "convert_commit",
+	OpTargetRecovered:  "target_recovered",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",

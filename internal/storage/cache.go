@@ -162,6 +162,17 @@ func (c *chunkCache) evictLocked() []*chunk {
 	return victims
 }
 
+// keys lists the chunks open now.
+func (c *chunkCache) keys() []chunkKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]chunkKey, 0, len(c.m))
+	for k := range c.m {
+		out = append(out, k)
+	}
+	return out
+}
+
 // closeAll empties the cache for good; chunks in use close at release.
 func (c *chunkCache) closeAll() {
 	c.mu.Lock()

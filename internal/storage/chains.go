@@ -123,13 +123,7 @@ func (s *Service) ServedTwice(chain uint32) bool {
 	if !ok {
 		return false
 	}
-	serving := 0
-	for _, st := range c.States {
-		if st == proto.MemberServing {
-			serving++
-		}
-	}
-	return serving >= 2
+	return servingMembers(c) >= 2
 }
 
 // admit checks that this server may serve rt and returns the store that

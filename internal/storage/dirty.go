@@ -467,6 +467,7 @@ func (s *Service) scanChanged(req scanReq) {
 // chain stores and connections made ahead of the first write (prepare.go).
 func (s *Service) observeMap(v *chainView) {
 	s.followResyncs(v)
+	s.releaseLost(v)
 	s.prepareChainStores(v)
 	s.warmFollowers(v)
 	for _, req := range s.dirty.observe(v.chains, func(t uint32) bool { _, err := s.target(t); return err == nil }) {

@@ -23,7 +23,8 @@ import (
 // the shard from the others).
 
 // failedTargets are this server's targets taken out after disk errors,
-// with the error, until the server restarts.
+// with the error, until the server restarts (or, for a loss its file
+// system recovers from, until recoverInPlace brings the target back).
 type failedTargets struct {
 	mu sync.Mutex
 	m  map[uint32]error
@@ -47,6 +48,13 @@ func (f *failedTargets) add(id uint32, err error) bool {
 	}
 	f.m[id] = err
 	return true
+}
+
+// remove forgets the failure of a target brought back (lostchunks.go).
+func (f *failedTargets) remove(id uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, id)
 }
 
 // diskRetryDelay is the pause before retrying an operation that failed
@@ -103,6 +111,7 @@ func (s *Service) failTarget(target uint32, cause error) {
 		req := proto.TargetFailedReq{Target: target, Reason: cause.Error()}
 		for {
 			if _, err := s.callMeta(proto.OpTargetFailed, req.Encode, nil); err == nil {
+				s.recoverInPlace(target)
 				return
 			} else {
 				s.logf("storage: reporting the failure of target %d: %v", target, explainMetaErr(err))

@@ -40,6 +40,9 @@ func (t *Target) ListBucket(b uint8, start bool, afterIno, afterIdx uint64, limi
 			if !start && ino == afterIno && idx <= afterIdx {
 				continue
 			}
+			if t.isLost(chunkKey{ino, idx}) {
+				continue
+			}
 			if len(out) == limit {
 				return out, true, nil
 			}

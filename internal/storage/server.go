@@ -94,6 +94,7 @@ type Service struct {
 	scrubNow  chan struct{} // a scrub asked for (OpScrubStart); buffered, 1
 	leaseWarn sync.Once
 	failed    failedTargets
+	lost      lostChains // chains holding lost chunks (lostchunks.go)
 	known     knownVersions
 	dirty     dirtyTracker
 	stop      chan struct{}
@@ -215,6 +216,10 @@ func newService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("storage: server identity in %s: %w", state, err)
 	}
 	s.indexTargets()
+	if err := s.loadLost(); err != nil {
+		s.closeTargets()
+		return nil, err
+	}
 	return s, nil
 }
 

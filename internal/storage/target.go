@@ -89,6 +89,11 @@ type Target struct {
 	// a Sync that finds nothing dirty because another took the mark
 	// returns only after that other's SyncDir ended.
 	dirSyncs [64]sync.Mutex
+
+	// lost are chunks listed as absent (ListBucket) until their chain's
+	// resync copied them whole (lostchunks.go).
+	lostMu sync.Mutex
+	lost   map[chunkKey]bool
 }
 
 type dirState uint8

@@ -235,17 +235,14 @@ var scenarios = []scenario{
 			r.inject("EIO for every call under "+dev, func() error {
 				return r.c.setFaults("srv1", append(rules, faultRule{Path: dev, Ops: "all", Errno: "EIO"}))
 			})
-			r.waitFailover() // the targets fail every call: the disks miss acknowledged writes
+			// The targets fail every call (their disks miss acknowledged
+			// writes) until their chains take them out; then srv1 sets
+			// the chunks its caches held dirty aside and the targets
+			// rejoin, written through, for the resync to copy them back.
+			r.waitFailover()
 			r.sleepUntil(r.injected.Add(hold))
-			r.heal("a new cache device (clear the faults) and restart srv1's storage server, which sets the stale chunks aside for the resync", func() error {
-				if err := r.c.setFaults("srv1", nil); err != nil {
-					return err
-				}
-				if err := r.c.stopStorage("srv1"); err != nil {
-					return err
-				}
-				r.c.startStorage("srv1")
-				return nil
+			r.heal("the disks at their speed again (no restart: the failed cache devices stay dropped)", func() error {
+				return r.c.setFaults("srv1", []faultRule{{Path: dev, Ops: "all", Errno: "EIO"}})
 			})
 		},
 	},
