@@ -38,7 +38,7 @@ SECRET=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['secret
 [ -n "$META" ] && [ -n "$SECRET" ] || { log "cannot read the cluster's layout"; exit 1; }
 mkdir -p "$S/a" "$S/cache"
 mount_a() {
-    "$BIN" mount --meta "$META" --secret-file "$SECRET" --cache-dir "$S/cache" --cache-dir-size 4G "$S/a" 2>>"$S/mount.log" &
+    "$BIN" mount --meta "$META" --secret-file "$SECRET" --cache-dir "$S/cache" --cache-size 4G "$S/a" 2>>"$S/mount.log" &
     MPID=$!
     for _ in $(seq 100); do mountpoint -q "$S/a" && return 0; sleep 0.1; done
     log "the cached mount did not come up"; exit 1

@@ -21,7 +21,7 @@ func cachedMount(t *testing.T, c *testcluster.Cluster, cacheDir string) (string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, log := startMount(t, c, dir, "--cache-dir", cacheDir, "--cache-dir-size", "256M", "--give-up", "3s")
+	cmd, log := startMount(t, c, dir, "--cache-dir", cacheDir, "--cache-size", "256M", "--give-up", "3s")
 	if err := waitFUSEMount(dir, 10*time.Second); err != nil {
 		t.Fatalf("the mount with a disk cache did not come up: %v\n%s", err, log.String())
 	}

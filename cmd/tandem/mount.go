@@ -17,9 +17,9 @@ import (
 )
 
 func init() {
-	var metaAddr, secretFile, cacheSize, ioUring string
+	var metaAddr, secretFile, memCacheSize, ioUring string
 	var debug, cacheDirect bool
-	var cacheDir, cacheDirSize string
+	var cacheDir, cacheSize string
 	var giveUp time.Duration
 	cmd := &cobra.Command{
 		Use:   "mount --meta ADDR --secret-file FILE MOUNTPOINT",
@@ -30,7 +30,7 @@ func init() {
 			if fi, err := os.Stat(mnt); err != nil || !fi.IsDir() {
 				return fmt.Errorf("mount point %s is not a directory", mnt)
 			}
-			cacheBytes, err := blockCacheSetting(cacheSize)
+			cacheBytes, err := blockCacheSetting(memCacheSize)
 			if err != nil {
 				return err
 			}
@@ -43,7 +43,7 @@ func init() {
 				return err
 			}
 			logger := log.New(os.Stderr, "mount: ", log.LstdFlags|log.Lmicroseconds)
-			diskBytes, err := diskCacheSetting(cacheDir, cacheDirSize)
+			diskBytes, err := diskCacheSetting(cacheDir, cacheSize)
 			if err != nil {
 				return &exitError{2, err}
 			}
@@ -71,9 +71,9 @@ func init() {
 	f.StringVar(&secretFile, "secret-file", "", "cluster secret file (required)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.DurationVar(&giveUp, "give-up", 120*time.Second, "how long an operation waits for an unreachable service before failing with EIO; 0 waits forever (an NFS hard mount)")
-	f.StringVar(&cacheSize, "cache-size", "512M", "memory for the block cache, which answers small reads of files this client holds leases on; 0 turns it off")
-	f.StringVar(&cacheDir, "cache-dir", "", "keep blocks of the files read in this directory on the local disk (flash), across mounts, up to --cache-dir-size; answered only while they are the file's current version (off by default)")
-	f.StringVar(&cacheDirSize, "cache-dir-size", "0", "bytes --cache-dir may hold (e.g. 100G; 0: nine tenths of its file system)")
+	f.StringVar(&memCacheSize, "mem-cache-size", "512M", "memory for the block cache, which answers small reads of files this client holds leases on; 0 turns it off")
+	f.StringVar(&cacheDir, "cache-dir", "", "keep blocks of the files read in this directory on the local disk (flash), across mounts, up to --cache-size; answered only while they are the file's current version (off by default)")
+	f.StringVar(&cacheSize, "cache-size", "", "bytes --cache-dir may hold (e.g. 100G; default: nine tenths of its file system)")
 	f.BoolVar(&cacheDirect, "cache-direct-io", false, "let the block cache answer O_DIRECT reads and keep small O_DIRECT writes (by default O_DIRECT reads and writes always go to the storage targets)")
 	f.StringVar(&ioUring, "io-uring", "on", "on: serve the kernel over FUSE-over-io_uring where it has it (Linux 6.14+), each request on its caller's CPU, turning the fuse module's enable_uring on (root), else over /dev/fuse; off: over /dev/fuse (docs/architecture.md, \"Kernel transport\")")
 	cmd.MarkFlagRequired("secret-file")
@@ -125,14 +125,21 @@ func giveUpSetting(d time.Duration) time.Duration {
 }
 
 // diskCacheSetting is the size of the disk cache in dir (--cache-dir):
-// sizeText, or 0 for nine tenths of dir's file system.
+// sizeText (--cache-size), or nine tenths of dir's file system when it is
+// empty or 0.
 func diskCacheSetting(dir, sizeText string) (int64, error) {
 	if dir == "" {
+		if sizeText != "" {
+			return 0, fmt.Errorf("--cache-size %s sizes the disk cache, which needs --cache-dir (the memory block cache is sized by --mem-cache-size)", sizeText)
+		}
 		return 0, nil
+	}
+	if sizeText == "" {
+		sizeText = "0"
 	}
 	n, err := parseSize(sizeText)
 	if err != nil {
-		return 0, fmt.Errorf("--cache-dir-size %q: %v", sizeText, err)
+		return 0, fmt.Errorf("--cache-size %q: %v", sizeText, err)
 	}
 	if n > 0 {
 		return int64(n), nil
@@ -147,15 +154,15 @@ func diskCacheSetting(dir, sizeText string) (int64, error) {
 	return int64(total / 10 * 9), nil
 }
 
-// blockCacheSetting maps --cache-size to client.Config.BlockCacheBytes,
+// blockCacheSetting maps --mem-cache-size to client.Config.BlockCacheBytes,
 // where 0 means the default and a negative value none.
 func blockCacheSetting(s string) (int64, error) {
 	n, err := parseSize(s)
 	if err != nil {
-		return 0, fmt.Errorf("--cache-size: %w", err)
+		return 0, fmt.Errorf("--mem-cache-size: %w", err)
 	}
 	if n > 1<<40 {
-		return 0, fmt.Errorf("--cache-size %s is more than 1 TiB of memory", s)
+		return 0, fmt.Errorf("--mem-cache-size %s is more than 1 TiB of memory", s)
 	}
 	if n == 0 {
 		return -1, nil
