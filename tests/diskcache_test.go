@@ -54,9 +54,7 @@ func TestTheDiskCacheAnswersAfterARemountButNeverWithAnOldVersion(t *testing.T) 
 	mustWrite(t, filepath.Join(c.Mount(), path), v1)
 
 	a, unmountA := cachedMount(t, c, cache)
-	if got := readWholeDirect(t, filepath.Join(a, path)); !bytes.Equal(got, v1) {
-		t.Fatal("the first read through the cached mount differs")
-	}
+	readUntilCached(t, filepath.Join(a, path), v1, cache)
 	unmountA()
 	var idx struct {
 		Clean bool `json:"clean"`
@@ -94,5 +92,33 @@ func TestTheDiskCacheAnswersAfterARemountButNeverWithAnOldVersion(t *testing.T) 
 	}
 	if got := readWholeDirect(t, filepath.Join(a, path)); !bytes.Equal(got, v2) {
 		t.Fatal("after another client closed a new version, the cached mount read other bytes")
+	}
+}
+
+// readUntilCached reads path through a mount with a disk cache in cache
+// until the cache holds a file of want's size: a read keeps nothing while
+// the mount holds no lease on the file, which it is not granted while
+// another session still has the file open for writing (the writer's
+// FUSE release arrives after its close returned, later under load).
+func readUntilCached(t *testing.T, path string, want []byte, cache string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for tries := 1; ; tries++ {
+		if got := readWholeDirect(t, path); !bytes.Equal(got, want) {
+			t.Fatal("a read through the cached mount differs")
+		}
+		names, _ := filepath.Glob(filepath.Join(cache, "data", "*"))
+		for _, n := range names {
+			if fi, err := os.Stat(n); err == nil && fi.Size() == int64(len(want)) {
+				if tries > 1 {
+					t.Logf("the disk cache kept the file at read %d", tries)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the disk cache kept nothing of %s after %d reads in 10 s", path, tries)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
