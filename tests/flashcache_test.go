@@ -120,6 +120,73 @@ func waitCacheStatus(t *testing.T, c *testcluster.Cluster, what string, ok func(
 	}
 }
 
+// A slow disk that fails under a warm write-through cache: reads the
+// flash could answer do not hide it, since the next write meets the
+// disk's errors and the target is failed over (no application sees an
+// error); it stays out, whatever its cache holds, until its server
+// restarts with the disk fixed, which resyncs it, and every byte then
+// reads back from it with the other server gone.
+func TestASlowDiskFailingUnderAWarmCacheIsFailedOver(t *testing.T) {
+	cache := cacheDir(t)
+	c := testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
+		testcluster.WithCache(cache, "256M", "writethrough"))
+	path := filepath.Join(c.Mount(), "f")
+	data := randBytes(6 << 20)
+	mustWrite(t, path, data)
+	for range 2 { // warm: written chunks allocate copies; reads hit them
+		if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+			t.Fatal("the file read back differs")
+		}
+	}
+	setFaults(t, c.FaultFile("storage1"), `[{"path": "`+filepath.Join(c.Dir(), "storage", "storage1")+`/", "ops": "all", "errno": "EIO"}]`)
+	more := randBytes(4 << 20)
+	mustWrite(t, filepath.Join(c.Mount(), "g"), more)
+	if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+		t.Fatal("the file read with storage1's disk failing differs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for failedTargets(t, c) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("storage1's target not failed 10 s after its disk began failing")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // a recovery in place would have begun
+	if failedTargets(t, c) != 1 {
+		t.Fatal("storage1's target came back with its disk failing")
+	}
+
+	c.KillProcess("storage1")
+	setFaults(t, c.FaultFile("storage1"), `[]`)
+	c.Up()
+	waitAllServing(t, c, time.Minute)
+	c.KillProcess("storage2")
+	if got := readWholeDirect(t, path); !bytes.Equal(got, data) {
+		t.Fatal("after the resync, with storage2 gone, the file written before the disk failed reads back other bytes")
+	}
+	if got := readWholeDirect(t, filepath.Join(c.Mount(), "g")); !bytes.Equal(got, more) {
+		t.Fatal("after the resync, with storage2 gone, the file written while the disk failed reads back other bytes")
+	}
+}
+
+// failedTargets counts the targets `tandem status --json` shows failed.
+func failedTargets(t *testing.T, c *testcluster.Cluster) int {
+	t.Helper()
+	var st struct {
+		Targets []struct {
+			State string `json:"state"`
+		} `json:"targets"`
+	}
+	readStatus(t, c, &st)
+	n := 0
+	for _, tg := range st.Targets {
+		if tg.State == "failed" {
+			n++
+		}
+	}
+	return n
+}
+
 // dirtyBytes is the bytes the caches of a cluster hold written back and
 // not yet destaged, by target, as `tandem status --json` shows them.
 func dirtyBytes(t *testing.T, c *testcluster.Cluster) map[uint32]uint64 {
