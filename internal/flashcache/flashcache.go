@@ -279,6 +279,9 @@ func (t *Tier) leaveWriteBack() error {
 	if err := t.destageAll(); err != nil {
 		return fmt.Errorf("cache %s: destaging before serving %s: %w (the cache keeps it: start again in writeback mode to serve it)", t.dir, t.cfg.Mode, err)
 	}
+	if t.recovering.Load() {
+		return nil // the flag stays until the lost chunks are resynced (ResyncedLost)
+	}
 	err := t.slow.Remove(filepath.Join(t.target, wbFlagName))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -641,9 +644,10 @@ func (t *Tier) Stats() Stats {
 	s := Stats{Mode: t.cfg.Mode.String(), Dir: t.dir, Size: t.cfg.Size, Used: t.used, Files: t.lru.Len(),
 		Hits: t.hits.Load(), Misses: t.misses.Load(), Promoted: t.promoted.Load(), Evicted: t.evicted.Load(),
 		Dirty: t.dirtyBytes.Load(), Destaged: t.destaged.Load(), DestageRate: t.destageRate()}
-	if t.failed != nil {
-		s.Failed = t.failed.Error()
+	if t.failed == nil {
+		return s // a device serving (a new one may be there while lost chunks resync)
 	}
+	s.Failed = t.failed.Error()
 	switch n := t.lostCount.Load(); {
 	case t.lost.Load():
 		s.Failed += fmt.Sprintf("; it held %d chunks not yet on the disk: the target is failed over until its chains take it out, then rejoins them to copy those back", n)
@@ -651,7 +655,7 @@ func (t *Tier) Stats() Stats {
 		s.Failed += fmt.Sprintf("; it held %d chunks not yet on the disk: they were set aside and are being copied back from the chains' other members; the target writes through to its disk", n)
 	case t.resynced.Load():
 		s.Failed += fmt.Sprintf("; the %d chunks it held not yet on the disk were copied back from the chains' other members; the target writes through to its disk, which holds every acknowledged write", n)
-	case t.failed != nil:
+	default:
 		s.Failed += "; the target serves from its disk alone, which holds every acknowledged write"
 	}
 	return s

@@ -565,8 +565,9 @@ func (t *Tier) LostChunks() ([]string, error) {
 
 // ResyncedLost records that the chains copied the lost chunks back: the
 // list is emptied (it stays, empty, so that the failed device's copies
-// are never taken back), the chunks set aside are removed, and the target
-// no longer needs its cache to start.
+// are never taken back) and the chunks set aside are removed; unless a
+// cache device writes back now (a new one, since a start), the target no
+// longer needs its cache to start.
 func (t *Tier) ResyncedLost() error {
 	rels, exists, err := t.readLostList()
 	if err != nil || !exists {
@@ -580,8 +581,10 @@ func (t *Tier) ResyncedLost() error {
 			return err
 		}
 	}
-	if err := t.slow.Remove(filepath.Join(t.target, wbFlagName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if writingBack := t.cfg.Mode == WriteBack && t.serving(); !writingBack && !t.lost.Load() {
+		if err := t.slow.Remove(filepath.Join(t.target, wbFlagName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	t.recovering.Store(false)
 	t.resynced.Store(true)

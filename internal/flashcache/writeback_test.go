@@ -295,8 +295,9 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 // The cache device failing while it holds dirty chunks: the disk's older
 // bytes are never served (every call fails with EIO, so the server
 // reports the target failed), and at the next start, with a new (empty)
-// cache device, the chunks are moved aside for the chain's resync to copy
-// back.
+// cache device, the chunks are moved aside and held lost for the chain's
+// resync to copy back; the new device writing back meanwhile keeps the
+// target's need for its cache after the resync.
 func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	r := newWBRig(t, 256<<20)
 	r.write(1, 1, 0, bytes.Repeat([]byte{3}, 64<<10)) // destaged: clean
@@ -332,6 +333,24 @@ func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	}
 	if got := r.onDisk(1, 1); !bytes.Equal(got, bytes.Repeat([]byte{3}, 64<<10)) {
 		t.Fatal("the clean chunk changed")
+	}
+	if lost, err := r.tier.LostChunks(); err != nil || !slices.Contains(lost, rel) {
+		t.Fatalf("the chunks held lost at the start: %q, %v; want %s", lost, err, rel)
+	}
+	// The new device writes back while the chains resync: the target
+	// keeps needing it to start once they are done.
+	release = r.holdDestages()
+	defer release()
+	r.write(1, 2, 0, bytes.Repeat([]byte{7}, 64<<10))
+	r.sync(1, 2)
+	if err := r.tier.ResyncedLost(); err != nil {
+		t.Fatal(err)
+	}
+	if CheckUncached(r.target, nil) == nil {
+		t.Fatal("a start without the new cache, holding a dirty chunk, would be accepted after the resync")
+	}
+	if st := r.tier.Stats(); st.Failed != "" {
+		t.Fatalf("the new device is shown failed: %q", st.Failed)
 	}
 }
 
