@@ -458,6 +458,8 @@ func (t *Tier) destageFailed(e *entry, err error) {
 // chunks aside (RecoverLost) and brings the target back for the chains to
 // resync. Called by fail with the dirty entries.
 func (t *Tier) lose(dirty []string) {
+	t.lostMu.Lock() // RecoverLost waits for the list
+	defer t.lostMu.Unlock()
 	t.lost.Store(true)
 	t.lostCount.Store(int64(len(dirty)))
 	list := strings.Join(dirty, "\n") + "\n"
@@ -465,7 +467,9 @@ func (t *Tier) lose(dirty []string) {
 		list = string(old) + list
 	}
 	if err := storage.WriteFileAtomic(t.slow, filepath.Join(t.target, staleListName), []byte(list)); err != nil {
-		t.cfg.Logf("flashcache: target %s: recording its %d stale chunks: %v (it stays failed; resync it as a replacement)", t.target, len(dirty), err)
+		t.lostListErr = err
+		t.cfg.Logf("flashcache: target %s: recording its %d stale chunks: %v (it stays failed; replace it: tandem target replace)", t.target, len(dirty), err)
+		return
 	}
 	t.cfg.Logf("flashcache: cache %s failed holding %d chunks of target %s not yet on its disk: the target fails over, sets them aside and rejoins its chains, which copy them back",
 		t.dir, len(dirty), t.target)
@@ -539,8 +543,13 @@ func (t *Tier) setAsideStale() (bool, error) {
 // again: the target can rejoin its chains, whose resync copies the chunks
 // back (storage.RecoverableFS). ok is false unless the cache was lost.
 func (t *Tier) RecoverLost() (lost []string, ok bool, err error) {
+	t.lostMu.Lock()
+	defer t.lostMu.Unlock()
 	if !t.lost.Load() {
 		return nil, false, nil
+	}
+	if t.lostListErr != nil {
+		return nil, false, fmt.Errorf("the list of the chunks its cache held dirty was not recorded: %w", t.lostListErr)
 	}
 	rels, _, err := t.readLostList()
 	if err != nil {
@@ -785,8 +794,12 @@ type wbState struct {
 	// resynced: they were.
 	lostCount            atomic.Int64
 	recovering, resynced atomic.Bool
-	dirtyBytes           atomic.Int64
-	destaged             atomic.Int64
+	// lostMu is held by lose while it records the lost list, and by
+	// RecoverLost; lostListErr: recording it failed.
+	lostMu      sync.Mutex
+	lostListErr error
+	dirtyBytes  atomic.Int64
+	destaged    atomic.Int64
 
 	// hold, set by a test, holds the destager back until it is closed.
 	hold atomic.Pointer[chan struct{}]

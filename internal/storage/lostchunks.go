@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,9 @@ func (s *Service) releaseLost(v *chainView) {
 			store.clearLost()
 		}
 		delete(s.lost.m, chain)
-		done = append(done, tg)
+		if !slices.Contains(done, tg) {
+			done = append(done, tg)
+		}
 	}
 	for _, tg := range done {
 		for _, other := range s.lost.m {
@@ -168,8 +171,9 @@ func (s *Service) resyncedLost(tg *Target) {
 }
 
 // recoverInPlace brings target id back after a failure its file system
-// can recover from (steps 1, 2 and 4 above); it returns at once for any
-// other failure, which keeps the target out until its server restarts.
+// can recover from (steps 1, 2 and 4 above); for any other failure it
+// returns once the target is out of its chains, and the target stays out
+// until its server restarts.
 func (s *Service) recoverInPlace(id uint32) {
 	rfs, ok := s.cfg.FS.(RecoverableFS)
 	if !ok {
