@@ -139,3 +139,63 @@ func TestOneCopyStripesSpreadOverServersFirst(t *testing.T) {
 		t.Fatalf("order %v, want 1 then 4 (one per server first)", got)
 	}
 }
+
+// A target failed after disk errors is held out of its chains; its
+// server bringing it back (OpTargetRecovered) makes it syncing there, so
+// its head resyncs it, and lifts the hold. A target not failed is left
+// as it is.
+func TestARecoveredTargetRejoinsItsChainsAsSyncing(t *testing.T) {
+	f, err := OpenFSM(t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.db.Close()
+	registerTargets(t, f, 1, 1)
+	registerTargets(t, f, 2, 2)
+	apply := func(fn func(tx *tx) error) {
+		t.Helper()
+		tx := &tx{f: f, b: f.db.NewIndexedBatch()}
+		if err := fn(tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.b.Commit(pebble.NoSync); err != nil { // the store has no WAL
+			t.Fatal(err)
+		}
+	}
+	stateOf := func(target uint32) uint8 {
+		t.Helper()
+		chains, err := loadChains(f.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range pairs(chains) {
+			if st, ok := c.State(target); ok {
+				return st
+			}
+		}
+		t.Fatalf("target %d is in no replicated chain", target)
+		return 0
+	}
+
+	apply(func(tx *tx) error { return tx.recoverTarget(&proto.TargetRecoveredReq{Target: 1}) })
+	if st := stateOf(1); st != proto.MemberServing {
+		t.Fatalf("a target never failed, recovered: state %d, want serving", st)
+	}
+	apply(func(tx *tx) error { return tx.failTarget(&proto.TargetFailedReq{Target: 1, Reason: "EIO"}) })
+	if st := stateOf(1); st != proto.MemberOffline {
+		t.Fatalf("a failed target: state %d, want offline", st)
+	}
+	if failed, _ := failedTargets(f.db); failed[1] == "" {
+		t.Fatal("the failed target is not held out")
+	}
+	apply(func(tx *tx) error { return tx.recoverTarget(&proto.TargetRecoveredReq{Target: 1}) })
+	if st := stateOf(1); st != proto.MemberSyncing {
+		t.Fatalf("a recovered target: state %d, want syncing", st)
+	}
+	if failed, _ := failedTargets(f.db); failed[1] != "" {
+		t.Fatal("the recovered target is still held out")
+	}
+	if st := stateOf(2); st != proto.MemberServing {
+		t.Fatalf("its partner: state %d, want serving", st)
+	}
+}
