@@ -45,6 +45,10 @@ type Config struct {
 	// InFlight bounds the requests of one connection served at once
 	// (default 64); further requests wait unread in the socket.
 	InFlight int
+	// PollNext is how long the goroutine that sent a reply polls the
+	// gateway's connections for the next request before it lets its Go
+	// processor go idle (rpc.Poller); 0: never.
+	PollNext time.Duration
 }
 
 // maxRecord bounds an RPC record: a WRITE of wtmax bytes and its header.
@@ -64,6 +68,8 @@ type Server struct {
 	exports []*export  // in the order configured
 	byRoot  sync.Map   // export root inode -> *export
 	denied  logLimiter // logs of refused clients
+
+	polls rpc.Poller // PollNext
 
 	mu     sync.Mutex
 	conns  map[net.Conn]*listening // open connections, by the listener that took them
@@ -97,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, c: cfg.Client, fsid: FSID(cfg.Secret), logf: cfg.Logf,
 		dirs: newCookieCache(), conns: map[net.Conn]*listening{}, done: make(chan struct{})}
+	s.polls.Max = cfg.PollNext
 	s.files = newOpenFiles(cfg.Client, cfg.Logf)
 	for _, e := range cfg.Exports {
 		s.exports = append(s.exports, &export{Export: e})
@@ -164,6 +171,7 @@ func (sa *Listening) Clients() []string {
 }
 
 func (s *Server) serve(l net.Listener, lst *listening) error {
+	defer s.polls.Track(l)()
 	go func() {
 		<-s.done
 		l.Close()
@@ -210,10 +218,27 @@ func (s *Server) serveConn(conn net.Conn, valid func() bool) {
 		nfsv3.NFS_PROGRAM_PROGRAM_NUMBER:   guard(nfsv3.NewNfsProgramService(&nfsProgram{s: s})),
 		mount.MOUNT_PROGRAM_PROGRAM_NUMBER: guard(mount.NewMountProgramService(&mountProgram{s: s})),
 	}, authenticator{from: from})
-	err := srv.HandleConnection(&recordGuard{r: conn, max: maxRecord}, conn)
+	defer s.polls.Track(conn)()
+	err := srv.HandleConnection(&recordGuard{r: conn, max: maxRecord}, pollingWriter{conn, &s.polls})
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, errLeaseLost) && !s.isClosed() {
 		s.logf("nfs: closing the connection from %s: %v", conn.RemoteAddr(), err)
 	}
+}
+
+// pollingWriter writes replies to a connection; after each, the
+// goroutine that wrote it polls the gateway's connections for the next
+// request (Config.PollNext).
+type pollingWriter struct {
+	conn  net.Conn
+	polls *rpc.Poller
+}
+
+func (w pollingWriter) Write(b []byte) (int, error) {
+	n, err := w.conn.Write(b)
+	if err == nil {
+		w.polls.Poll()
+	}
+	return n, err
 }
 
 // leased answers a call only while valid holds, before and after it is

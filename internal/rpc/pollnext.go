@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,10 +42,17 @@ import (
 // pollNextMaxConns bounds the connections a polling server watches.
 const pollNextMaxConns = 64
 
-// pollSet is the descriptors of a server's connections for poll(2). The
-// slice is replaced, never changed, when a connection comes or goes; the
-// poller polls a copy of it in buf, which only the poller uses.
-type pollSet struct {
+// Poller is the poll set of one server's connections: Poll, called by the
+// goroutine that just sent a reply, polls them all for up to Max. The
+// slice of descriptors is replaced, never changed, when a connection
+// comes or goes; the poller polls a copy of it in buf, which only the
+// poller uses. The zero Poller (Max 0) never polls. rpc.Server uses one
+// (PollNext); so does the NFS gateway (internal/nfs).
+type Poller struct {
+	// Max is how long a poll lasts at most; set it before Track.
+	Max time.Duration
+
+	mu      sync.Mutex // orders the changes of fds
 	fds     atomic.Pointer[[]unix.PollFd]
 	polling atomic.Bool
 	buf     []unix.PollFd
@@ -52,23 +60,23 @@ type pollSet struct {
 	found atomic.Int64
 }
 
-// track adds the descriptor of c (a connection, or the listener, whose
-// new connections end a poll too) to the set of s, if s polls, and
-// returns the function that removes it.
-func (s *Server) track(c any) (untrack func()) {
+// Track adds the descriptor of c (a connection, or the listener, whose
+// new connections end a poll too) to the set, if p polls, and returns the
+// function that removes it.
+func (p *Poller) Track(c any) (untrack func()) {
 	sc, ok := c.(syscall.Conn)
-	if !ok || s.PollNext <= 0 {
+	if !ok || p.Max <= 0 {
 		return func() {}
 	}
 	fd, ok := connFd(sc)
 	if !ok {
 		return func() {}
 	}
-	s.rebuildPollSet(func(fds []unix.PollFd) []unix.PollFd {
+	p.rebuild(func(fds []unix.PollFd) []unix.PollFd {
 		return append(fds, unix.PollFd{Fd: fd, Events: unix.POLLIN})
 	})
 	return func() {
-		s.rebuildPollSet(func(fds []unix.PollFd) []unix.PollFd {
+		p.rebuild(func(fds []unix.PollFd) []unix.PollFd {
 			for i := range fds {
 				if fds[i].Fd == fd {
 					return append(fds[:i], fds[i+1:]...)
@@ -79,17 +87,16 @@ func (s *Server) track(c any) (untrack func()) {
 	}
 }
 
-// rebuildPollSet replaces the poll set with change applied to a copy of
-// it; s.mu orders the changes.
-func (s *Server) rebuildPollSet(change func([]unix.PollFd) []unix.PollFd) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// rebuild replaces the poll set with change applied to a copy of it.
+func (p *Poller) rebuild(change func([]unix.PollFd) []unix.PollFd) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var fds []unix.PollFd
-	if old := s.polls.fds.Load(); old != nil {
+	if old := p.fds.Load(); old != nil {
 		fds = append(fds, *old...)
 	}
 	fds = change(fds)
-	s.polls.fds.Store(&fds)
+	p.fds.Store(&fds)
 }
 
 // connFd returns the descriptor of a connection or listener. It stays
@@ -105,12 +112,11 @@ func connFd(c syscall.Conn) (int32, bool) {
 	return fd, fd >= 0
 }
 
-// pollNext polls the server's connections for up to s.PollNext, unless
-// another goroutine polls already, and returns when any has something to
-// read or the time is up.
-func (s *Server) pollNext() {
-	p := &s.polls
-	if !p.polling.CompareAndSwap(false, true) {
+// Poll polls the tracked connections for up to p.Max, unless another
+// goroutine polls already, and returns when any has something to read or
+// the time is up.
+func (p *Poller) Poll() {
+	if p.Max <= 0 || !p.polling.CompareAndSwap(false, true) {
 		return
 	}
 	defer p.polling.Store(false)
@@ -130,7 +136,7 @@ func (s *Server) pollNext() {
 			p.found.Add(1)
 			return
 		}
-		if time.Since(start) > s.PollNext {
+		if time.Since(start) > p.Max {
 			return
 		}
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)

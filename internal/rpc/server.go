@@ -39,7 +39,7 @@ type Server struct {
 	// the server's connections for the next request before it lets its
 	// Go processor go idle (pollnext.go). Set it before Serve.
 	PollNext time.Duration
-	polls    pollSet
+	polls    Poller
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -64,7 +64,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.conns = map[net.Conn]struct{}{}
 	}
 	s.mu.Unlock()
-	defer s.track(ln)()
+	s.polls.Max = s.PollNext
+	defer s.polls.Track(ln)()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -122,7 +123,7 @@ func (s *Server) serveConn(c net.Conn) {
 		s.logf("refused connection from %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	defer s.track(c)()
+	defer s.polls.Track(c)()
 	var in, space []byte
 	out := make([]byte, 0, 64<<10)
 	r := bufio.NewReaderSize(c, 64<<10)
@@ -141,7 +142,7 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		if s.PollNext > 0 && r.Buffered() == 0 {
-			s.pollNext()
+			s.polls.Poll()
 		}
 		if cap(out) > 8<<20 {
 			out = make([]byte, 0, 64<<10) // do not pin huge buffers
