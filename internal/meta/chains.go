@@ -241,19 +241,24 @@ func (t *tx) failServer(id uint32) error {
 	return t.updateChains(id, func(c *proto.Chain, m int) bool { return failMember(c, m, nowMs) })
 }
 
+// target reads target id, or fails with ENOENT.
+func (t *tx) target(id uint32) (proto.Target, error) {
+	v, ok, err := get(t.b, u32Key(prefixTarget, id))
+	if err != nil {
+		return proto.Target{}, err
+	}
+	if !ok {
+		return proto.Target{}, rpc.Errorf(syscall.ENOENT, "target %d does not exist", id)
+	}
+	return unmarshalTarget(v)
+}
+
 // failTarget takes a target whose disk keeps failing out of its chains
 // and keeps it out (rejoinServer skips it) until its server registers
 // again, which an administrator does by restarting the server once the
 // disk is fixed or replaced.
 func (t *tx) failTarget(r *proto.TargetFailedReq) error {
-	v, ok, err := get(t.b, u32Key(prefixTarget, r.Target))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return rpc.Errorf(syscall.ENOENT, "target %d does not exist", r.Target)
-	}
-	tg, err := unmarshalTarget(v)
+	tg, err := t.target(r.Target)
 	if err != nil {
 		return err
 	}
@@ -276,14 +281,7 @@ func (t *tx) recoverTarget(r *proto.TargetRecoveredReq) error {
 	if err != nil || !failed {
 		return err
 	}
-	v, ok, err := get(t.b, u32Key(prefixTarget, r.Target))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return rpc.Errorf(syscall.ENOENT, "target %d does not exist", r.Target)
-	}
-	tg, err := unmarshalTarget(v)
+	tg, err := t.target(r.Target)
 	if err != nil {
 		return err
 	}
@@ -306,7 +304,7 @@ func (t *tx) recoverTarget(r *proto.TargetRecoveredReq) error {
 func failMember(c *proto.Chain, m int, nowMs int64) bool {
 	switch c.States[m] {
 	case proto.MemberServing:
-		if servingMembers(c) == 1 {
+		if c.Serving() == 1 {
 			return false
 		}
 		c.SinceMs[m] = nowMs
@@ -343,7 +341,7 @@ func failedTargets(r reader) (map[uint32]string, error) {
 func (t *tx) resyncTargets(server uint32, which func(chain, target uint32) bool) error {
 	nowMs := t.now / 1e6
 	return t.updateChains(server, func(c *proto.Chain, m int) bool {
-		if !which(c.ID, c.Targets[m]) || c.States[m] != proto.MemberServing || servingMembers(c) == 1 {
+		if !which(c.ID, c.Targets[m]) || c.States[m] != proto.MemberServing || c.Serving() == 1 {
 			return false
 		}
 		c.States[m] = proto.MemberSyncing
@@ -394,14 +392,4 @@ func (t *tx) resyncDone(r *proto.ResyncDoneReq) error {
 	c.Version++
 	t.b.Set(u32Key(prefixChain, c.ID), marshalChain(&c), nil)
 	return t.bumpMapVersion()
-}
-
-func servingMembers(c *proto.Chain) int {
-	n := 0
-	for _, s := range c.States {
-		if s == proto.MemberServing {
-			n++
-		}
-	}
-	return n
 }

@@ -228,7 +228,7 @@ func (s *Service) wouldFail(m *proto.ClusterMap, id uint32) bool {
 			if server[t] != id {
 				continue
 			}
-			if c.States[i] == proto.MemberSyncing || (c.States[i] == proto.MemberServing && servingMembers(&c) > 1) {
+			if c.States[i] == proto.MemberSyncing || (c.States[i] == proto.MemberServing && c.Serving() > 1) {
 				return true
 			}
 		}

@@ -89,6 +89,17 @@ func (c *Chain) Head() (uint32, bool) {
 	return 0, false
 }
 
+// Serving counts the members that serve.
+func (c *Chain) Serving() int {
+	n := 0
+	for _, st := range c.States {
+		if st == MemberServing {
+			n++
+		}
+	}
+	return n
+}
+
 // State is the state of member t; ok is false if t is not a member.
 func (c *Chain) State(t uint32) (state uint8, ok bool) {
 	for i, m := range c.Targets {

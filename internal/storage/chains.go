@@ -123,7 +123,7 @@ func (s *Service) ServedTwice(chain uint32) bool {
 	if !ok {
 		return false
 	}
-	return servingMembers(c) >= 2
+	return c.Serving() >= 2
 }
 
 // admit checks that this server may serve rt and returns the store that

@@ -63,20 +63,32 @@ type lostChains struct {
 	m  map[uint32]*Target // by chain
 }
 
+// ChainOfPath returns the chain whose store holds rel, a path relative
+// to its target (chains/<chain>/...); ok is false for a path outside the
+// chain stores (the target's own chain of one, target.json).
+func ChainOfPath(rel string) (chain uint32, ok bool) {
+	parts := strings.SplitN(filepath.ToSlash(rel), "/", 3)
+	if len(parts) < 3 || parts[0] != "chains" {
+		return 0, false
+	}
+	c, err := strconv.ParseUint(parts[1], 10, 32)
+	return uint32(c), err == nil
+}
+
 // parseChainChunkPath reads a chain store's chunk file path, relative to
 // its target: chains/<chain>/chunks/<hh>/<ino>/<idx>[.sum].
 func parseChainChunkPath(rel string) (chain uint32, k chunkKey, ok bool) {
+	chain, ok = ChainOfPath(rel)
 	parts := strings.Split(filepath.ToSlash(rel), "/")
-	if len(parts) != 6 || parts[0] != "chains" || parts[2] != "chunks" {
+	if !ok || len(parts) != 6 || parts[2] != "chunks" {
 		return 0, k, false
 	}
-	c, err1 := strconv.ParseUint(parts[1], 10, 32)
-	ino, err2 := strconv.ParseUint(parts[4], 10, 64)
-	idx, err3 := strconv.ParseUint(strings.TrimSuffix(parts[5], ".sum"), 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	ino, err1 := strconv.ParseUint(parts[4], 10, 64)
+	idx, err2 := strconv.ParseUint(strings.TrimSuffix(parts[5], ".sum"), 10, 64)
+	if err1 != nil || err2 != nil {
 		return 0, k, false
 	}
-	return uint32(c), chunkKey{ino, idx}, true
+	return chain, chunkKey{ino, idx}, true
 }
 
 // holdLost holds the chunk files rels of target tg as lost (step 3).
@@ -229,23 +241,13 @@ func (s *Service) outOfChains(id uint32, warned *bool) bool {
 		if !member || len(c.Targets) < 2 || st != proto.MemberServing {
 			continue
 		}
-		if servingMembers(c) == 1 && !*warned {
+		if c.Serving() == 1 && !*warned {
 			*warned = true
 			s.logf("storage: target %d is the last serving member of chain %d, which has no other copy of what it lost: it stays failed until its server restarts", id, c.ID)
 		}
 		return false
 	}
 	return true
-}
-
-func servingMembers(c proto.Chain) int {
-	n := 0
-	for _, st := range c.States {
-		if st == proto.MemberServing {
-			n++
-		}
-	}
-	return n
 }
 
 // retireChainChunks drops the open handles of the chunks of tg's chain
