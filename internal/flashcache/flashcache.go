@@ -253,7 +253,7 @@ func Open(cfg Config) (*Tier, error) {
 	if err := t.load(stale); err != nil {
 		return nil, err
 	}
-	if err := t.forgetLostList(); err != nil {
+	if err := t.forgetLostList(stale); err != nil {
 		return nil, fmt.Errorf("cache %s: %w", t.dir, err)
 	}
 	if cfg.Mode != WriteBack {

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,12 +117,11 @@ func (t *Tier) writesBack(rel string) bool {
 	if rule == nil {
 		return false
 	}
-	parts := strings.SplitN(rel, string(filepath.Separator), 3)
-	if len(parts) < 3 || parts[0] != "chains" {
+	chain, ok := storage.ChainOfPath(rel)
+	if !ok {
 		return false // a chain of one target: no second copy anywhere
 	}
-	chain, err := strconv.ParseUint(parts[1], 10, 32)
-	return err == nil && (*rule)(uint32(chain))
+	return (*rule)(chain)
 }
 
 // dirtyRange records [off, end) of e as dirty (e.mu held shared or
@@ -600,12 +598,12 @@ func (t *Tier) ResyncedLost() error {
 	return t.slow.SyncDir(t.target)
 }
 
-// forgetLostList removes an empty lost list once a start emptied the
-// cache it was about.
-func (t *Tier) forgetLostList() error {
-	rels, exists, err := t.readLostList()
-	if err != nil || !exists || len(rels) > 0 {
-		return err
+// forgetLostList removes an empty lost list (stale: setAsideStale found
+// a list; recovering: it named chunks) once a start emptied the cache it
+// was about.
+func (t *Tier) forgetLostList(stale bool) error {
+	if !stale || t.recovering.Load() {
+		return nil
 	}
 	return t.slow.Remove(filepath.Join(t.target, staleListName))
 }
