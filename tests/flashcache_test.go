@@ -211,6 +211,17 @@ func dirtyBytes(t *testing.T, c *testcluster.Cluster) map[uint32]uint64 {
 	return m
 }
 
+// startWriteBackCluster starts two storage servers of one target each,
+// with 256 MiB write-back caches in cache, and slows storage1's disk.
+func startWriteBackCluster(t *testing.T) (c *testcluster.Cluster, cache string) {
+	t.Helper()
+	cache = cacheDir(t)
+	c = testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
+		testcluster.WithCache(cache, "256M", "writeback"))
+	slowDisk(t, c)
+	return c, cache
+}
+
 // slowDisk makes storage1's target disk take a second for every write:
 // its destager falls behind, and what it acknowledges stays dirty.
 func slowDisk(t *testing.T, c *testcluster.Cluster) {
@@ -224,10 +235,7 @@ func slowDisk(t *testing.T, c *testcluster.Cluster) {
 // data (kill -9) takes it back from its flash when it restarts, so that
 // with the other server gone afterwards every byte still reads back.
 func TestWriteBackDataSurvivesAKilledServer(t *testing.T) {
-	cache := cacheDir(t)
-	c := testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
-		testcluster.WithCache(cache, "256M", "writeback"))
-	slowDisk(t, c)
+	c, _ := startWriteBackCluster(t)
 	path := filepath.Join(c.Mount(), "f")
 	data := randBytes(8<<20 + 4321)
 	mustWrite(t, path, data) // written and fsynced
@@ -260,10 +268,7 @@ func TestWriteBackDataSurvivesAKilledServer(t *testing.T) {
 // so. With the other server gone, every byte reads back, written before
 // the failure or during the recovery.
 func TestACacheDeviceFailingWithDirtyDataLosesNothing(t *testing.T) {
-	cache := cacheDir(t)
-	c := testcluster.Start(t, testcluster.WithServers(2, 1), testcluster.WithFaultFiles(),
-		testcluster.WithCache(cache, "256M", "writeback"))
-	slowDisk(t, c)
+	c, cache := startWriteBackCluster(t)
 	path := filepath.Join(c.Mount(), "f")
 	data := randBytes(8 << 20)
 	mustWrite(t, path, data)

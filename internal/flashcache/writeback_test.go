@@ -65,6 +65,28 @@ func (r *rig) sync(ino uint64, idx ...uint64) {
 	}
 }
 
+// wantChunks checks that the chunks of file 1 read back as want, by
+// index (when: the moment, for the failure message).
+func (r *rig) wantChunks(want map[uint64][]byte, when string) {
+	r.t.Helper()
+	for idx, w := range want {
+		if got := r.read(1, idx, len(w)); !bytes.Equal(got, w) {
+			r.t.Fatalf("chunk %d %s reads back other bytes", idx, when)
+		}
+	}
+}
+
+// wantOnDisk checks that the disk holds the chunks of file 1 as want,
+// by index.
+func (r *rig) wantOnDisk(want map[uint64][]byte) {
+	r.t.Helper()
+	for idx, w := range want {
+		if got := r.onDisk(1, idx); !bytes.Equal(got, w) {
+			r.t.Fatalf("chunk %d: the disk holds %d bytes after the destage, want %d", idx, len(got), len(w))
+		}
+	}
+}
+
 // waitDestaged waits until nothing is dirty.
 func (r *rig) waitDestaged() {
 	r.t.Helper()
@@ -147,17 +169,9 @@ func TestDirtyChunksSurviveACrash(t *testing.T) {
 	r.crash()
 	release()
 	r.open(256 << 20)
-	for idx, w := range want {
-		if got := r.read(1, idx, len(w)); !bytes.Equal(got, w) {
-			t.Fatalf("chunk %d after the crash reads other bytes", idx)
-		}
-	}
+	r.wantChunks(want, "after the crash")
 	r.waitDestaged()
-	for idx, w := range want {
-		if got := r.onDisk(1, idx); !bytes.Equal(got, w) {
-			t.Fatalf("chunk %d: the disk holds %d bytes after the destage, want %d", idx, len(got), len(w))
-		}
-	}
+	r.wantOnDisk(want)
 }
 
 // A clean stop keeps the dirty chunks on the flash; a start in
@@ -278,18 +292,10 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 		t.Fatalf("80 MiB written back through a %d-byte cache over a slow disk: at most %d bytes dirty, %+v; want at most half dirty, clean copies evicted", MinSize, most, st)
 	}
 	t.Logf("at most %d bytes dirty; %+v", most, st)
-	for idx, w := range want {
-		if got := r.read(1, idx, len(w)); !bytes.Equal(got, w) {
-			t.Fatalf("chunk %d reads back other bytes", idx)
-		}
-	}
+	r.wantChunks(want, "through the cache")
 	release()
 	r.waitDestaged()
-	for idx, w := range want {
-		if got := r.onDisk(1, idx); !bytes.Equal(got, w) {
-			t.Fatalf("chunk %d: the disk holds %d bytes, want %d", idx, len(got), len(w))
-		}
-	}
+	r.wantOnDisk(want)
 }
 
 // The cache device failing while it holds dirty chunks: the disk's older
