@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	nfsc "github.com/willscott/go-nfs-client/nfs"
 	nfsrpc "github.com/willscott/go-nfs-client/nfs/rpc"
@@ -70,6 +71,22 @@ func nfsRead(t *testing.T, v *nfsc.Target, path string) []byte {
 		t.Fatalf("read %s over NFS: %v", path, err)
 	}
 	return b
+}
+
+// nfsReadBlocks reads f over NFS in reads of size bytes and compares
+// each with want.
+func nfsReadBlocks(f *nfsc.File, want []byte, size int) error {
+	b := make([]byte, size)
+	for off := 0; off < len(want); off += size {
+		n, err := f.ReadAt(b, int64(off))
+		if err != nil && !(errors.Is(err, io.EOF) && n == len(want)-off) {
+			return fmt.Errorf("read at %d over NFS: %d bytes, %v", off, n, err)
+		}
+		if !bytes.Equal(b[:n], want[off:min(off+size, len(want))]) {
+			return fmt.Errorf("read at %d over NFS: not the bytes written", off)
+		}
+	}
+	return nil
 }
 
 func fuseRead(t *testing.T, path string) []byte {
@@ -130,6 +147,45 @@ func TestNFSGateway(t *testing.T) {
 			if got := nfsRead(t, v, "/from-fuse"); !bytes.Equal(got, data) {
 				t.Fatalf("write %d: NFS reads %d bytes, not the %d closed through FUSE", i, len(got), len(data))
 			}
+		}
+	})
+
+	t.Run("WhatAClientWroteIsReadBackFromTheGatewaysMemory", func(t *testing.T) {
+		// As a server's page cache keeps what its clients write, the
+		// gateway's block cache does: 4 KiB reads of what was just
+		// written are answered with every storage server stopped.
+		data := randomBytes(t, 1<<20)
+		nfsWrite(t, v, "/kept", 0, data)
+		f, err := v.Open("/kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		c.Signal("storage1", syscall.SIGSTOP)
+		c.Signal("storage2", syscall.SIGSTOP)
+		read := make(chan error, 1)
+		go func() { read <- nfsReadBlocks(f, data, 4096) }()
+		select {
+		case err := <-read:
+			c.Signal("storage1", syscall.SIGCONT)
+			c.Signal("storage2", syscall.SIGCONT)
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(2 * time.Second): // well before the servers would be failed over
+			c.Signal("storage1", syscall.SIGCONT)
+			c.Signal("storage2", syscall.SIGCONT)
+			<-read
+			t.Fatal("4 KiB reads of what was just written over NFS waited for the stopped storage servers")
+		}
+		// A change through FUSE replaces what the gateway kept before
+		// the next read over NFS.
+		changed := randomBytes(t, 1<<20)
+		if err := os.WriteFile(filepath.Join(mnt, "kept"), changed, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := nfsReadBlocks(f, changed, 4096); err != nil {
+			t.Fatalf("after a change through FUSE: %v", err)
 		}
 	})
 

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	var metaAddr, secretFile, listen, exportsFile, headID, headAddr, iface string
+	var metaAddr, secretFile, listen, exportsFile, headID, headAddr, iface, memCacheSize string
 	var exportLines, services []string
 	var giveUp, lease, pollNext time.Duration
 	var prefix int
@@ -56,7 +56,14 @@ insecure (default), sync (always). async is refused.`,
 			if len(services) == 0 && headID != "" {
 				return &exitError{2, fmt.Errorf("nfs: --head needs at least one --service address to hold")}
 			}
-			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp)})
+			cacheBytes, err := blockCacheSetting(memCacheSize)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("nfs: %w", err)}
+			}
+			// The gateway is its clients' server: what they wrote is
+			// read back from its memory, as from a server's page cache.
+			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp),
+				BlockCacheBytes: cacheBytes, CacheWrites: true})
 			if err != nil {
 				return err
 			}
@@ -111,6 +118,7 @@ insecure (default), sync (always). async is refused.`,
 	f.StringVar(&headAddr, "head-addr", "", "how an administrator reaches this head, for tandem status (default: the host name)")
 	f.DurationVar(&pollNext, "poll-next", 200*time.Microsecond,
 		"after a reply, poll for the next request this long before letting the CPU idle (lower latency for clients that call in a row, at the cost of that CPU time); 0 turns it off")
+	f.StringVar(&memCacheSize, "mem-cache-size", "512M", "memory for the block cache, which keeps what clients write and read back (as a server's page cache does); 0 turns it off")
 	f.DurationVar(&giveUp, "give-up", 0, "how long a request waits for an unreachable service before failing with EIO; 0 waits forever (clients of a hard mount retry anyway)")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

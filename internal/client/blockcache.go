@@ -12,7 +12,8 @@ import (
 // that small reads a client repeats (random reads that get past the
 // kernel's page cache) are answered without a call to a storage server.
 // It is write-through: writes go to the storage servers as before, and a
-// small O_SYNC write also leaves its blocks here. O_DIRECT reads and
+// small O_DIRECT write also leaves its blocks here (every write does with
+// Config.CacheWrites, as an NFS gateway asks). O_DIRECT reads and
 // writes bypass it unless the mount asks for them to be cached
 // (Config.CacheDirectIO, `tandem mount --cache-direct-io`): O_DIRECT
 // means the storage is asked.
@@ -181,6 +182,16 @@ func (bc *blockCache) insert(ino, off uint64, data []byte, gen uint64) {
 	}
 }
 
+// insertWhole keeps the blocks of ino that data, written at off, covers
+// whole (insert, for data of any alignment).
+func (bc *blockCache) insertWhole(ino, off uint64, data []byte, gen uint64) {
+	lo := (off + cacheBlock - 1) / cacheBlock * cacheBlock
+	hi := (off + uint64(len(data))) / cacheBlock * cacheBlock
+	if lo < hi {
+		bc.insert(ino, lo, data[lo-off:hi-off], gen)
+	}
+}
+
 // slotLocked finds a slot for a new block: a free one, a new one while
 // the cache is below its size, or else the first the clock's hand finds
 // not referenced since it last passed.
@@ -329,23 +340,24 @@ func (c *Client) blockCacheable(st *fileState, off uint64, n int) (uint64, bool)
 	return c.blocks.begin(), true
 }
 
-// readThroughCache fills buf from the block cache when this client holds
-// a lease on the file and the cache has every block, and otherwise from
-// the storage servers, keeping what they send if cacheable (gen from
-// blockCacheable).
-func (c *Client) readThroughCache(in *proto.Inode, size, off uint64, buf []byte, gen uint64, cacheable bool) error {
-	if !cacheable {
-		return c.readPieces(in, off, buf)
+// readCached fills buf from the block cache if this client holds a lease
+// on the file and the cache has every block (a hit), for a read
+// blockCacheable allowed.
+func (c *Client) readCached(ino, off uint64, buf []byte) bool {
+	if _, leased := c.fileLeases.valid(ino, time.Now()); !leased || !c.blocks.read(ino, off, buf) {
+		return false
 	}
+	c.blocks.hits.Add(1)
+	return true
+}
+
+// readMissed reads what the block cache did not answer from the storage
+// servers, keeping it (and the line around it, while the cache has room).
+func (c *Client) readMissed(in *proto.Inode, size, off uint64, buf []byte, gen uint64) error {
 	bc := c.blocks
-	now := time.Now()
-	_, leased := c.fileLeases.valid(in.Ino, now)
-	if leased && bc.read(in.Ino, off, buf) {
-		bc.hits.Add(1)
-		return nil
-	}
 	bc.misses.Add(1)
-	if !leased && bc.wantsLease(in.Ino, now) {
+	now := time.Now()
+	if _, leased := c.fileLeases.valid(in.Ino, now); !leased && bc.wantsLease(in.Ino, now) {
 		c.leaseInBackground(in.Ino)
 	}
 	lo, hi := cacheLine(off, uint64(len(buf)), size, uint64(in.Stripe.ChunkSize))
@@ -401,24 +413,49 @@ func (c *Client) leaseInBackground(ino uint64) {
 
 // startCachedWrite drops the blocks a write of data at off replaces,
 // with st.mu held, and counts it among the writes in flight. keep says
-// whether the write may leave its blocks in the cache when it ends (a
-// small O_DIRECT write that no other write of this client overlaps in
-// time: two concurrent writes may reach the servers in either order);
-// gen is the generation to insert them with.
-func (c *Client) startCachedWrite(st *fileState, off uint64, data []byte, direct bool) (keep bool, gen uint64) {
-	keep = direct && st.writers == 0 && cacheableIO(off, len(data))
+// whether the write may leave its blocks in the cache when it ends: a
+// small O_DIRECT write, or any write with Config.CacheWrites, that no
+// other write of this client overlaps in time (two concurrent writes may
+// reach the servers in either order); gen is the generation to insert
+// them with.
+//
+// A buffered write (one that returns before its data is sent) leaves its
+// blocks at once with Config.CacheWrites, still under st.mu: every later
+// write drops and keeps its own blocks in the same order, so the cache
+// holds the file's newest bytes; no read is answered from them while a
+// write is out (blockCacheable), and a write that fails drops the file
+// (forgetFailedWrite).
+func (c *Client) startCachedWrite(st *fileState, off uint64, data []byte, direct, buffered bool) (keep bool, gen uint64) {
+	idle := st.writers == 0
 	st.writers++ // also for the disk cache (diskcache.go)
 	if !c.blocks.enabled() {
 		return false, 0
 	}
-	return keep, c.blocks.dropRange(st.ino, off, uint64(len(data)))
+	gen = c.blocks.dropRange(st.ino, off, uint64(len(data)))
+	if c.cfg.CacheWrites {
+		if buffered {
+			c.blocks.insertWhole(st.ino, off, data, gen)
+			return false, gen
+		}
+		return idle, gen
+	}
+	return direct && idle && cacheableIO(off, len(data)), gen
+}
+
+// forgetFailedWrite drops a file whose buffered write failed: the
+// caches may hold bytes that never reached the storage targets.
+func (c *Client) forgetFailedWrite(st *fileState) {
+	c.pages.forget(st.ino)
+	if c.blocks.enabled() {
+		c.blocks.dropFile(st.ino)
+	}
 }
 
 // endCachedWrite ends a write started by startCachedWrite, keeping its
 // blocks if keep (and no drop of the file came after gen).
 func (c *Client) endCachedWrite(st *fileState, off uint64, data []byte, gen uint64, keep bool) {
 	if keep && c.blocks.enabled() {
-		c.blocks.insert(st.ino, off, data, gen)
+		c.blocks.insertWhole(st.ino, off, data, gen)
 	}
 	st.mu.Lock()
 	st.writers--

@@ -47,7 +47,12 @@ type Config struct {
 	// says: every read and write goes to the storage targets, which is
 	// what the papers' IOzone -I measures.
 	CacheDirectIO bool
-	Logf          func(format string, args ...any)
+	// CacheWrites keeps what buffered writes write in the block cache,
+	// whatever their size, as a server's page cache keeps it: for an NFS
+	// gateway, whose clients read back what they (or others) wrote there.
+	// A FUSE mount leaves that to the kernel's page cache.
+	CacheWrites bool
+	Logf        func(format string, args ...any)
 }
 
 // Client is a connection to one TandemFS cluster. It is safe for

@@ -269,12 +269,22 @@ func (h *Handle) ReadData(buf []byte, off uint64) (data []byte, done func(), err
 	gen, cacheable := h.c.blockCacheable(st, off, len(buf))
 	cacheable = cacheable && !h.uncached
 	st.mu.Unlock()
+	// The block cache first: a sequential reader of blocks kept there
+	// (written through an NFS gateway) needs no readahead.
+	if cacheable && h.c.readCached(layout.Ino, off, buf) {
+		return buf, noop, nil
+	}
 	if !h.direct { // O_DIRECT readers asked for no readahead
 		if data, done, served, err := st.ra.read(h.c, &layout, &st.inflight, size, off, buf); served {
 			return data, done, err
 		}
 	}
-	if err := h.c.readThroughCache(&layout, size, off, buf, gen, cacheable); err != nil {
+	if !cacheable {
+		err = h.c.readPieces(&layout, off, buf)
+	} else {
+		err = h.c.readMissed(&layout, size, off, buf, gen)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	return buf, noop, nil
@@ -359,7 +369,8 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 			st.written[chunkKey{p.chain, p.index}] = struct{}{}
 		}
 	}
-	keep, gen := h.c.startCachedWrite(st, off, data, h.direct && !h.uncached)
+	buffered := !coded && !inPlace && !h.direct
+	keep, gen := h.c.startCachedWrite(st, off, data, h.direct && !h.uncached, buffered)
 	st.mu.Unlock()
 
 	// Every write, O_DIRECT ones too, is counted in flight: it goes out
@@ -397,7 +408,7 @@ func (h *Handle) write(data []byte, off uint64) (int, error) {
 		buf := append(getBuf(len(data)), data...)
 		go func() {
 			if err := h.c.writePieces(&layout, off, buf, false); err != nil {
-				h.c.pages.forget(st.ino)
+				h.c.forgetFailedWrite(st)
 				st.setErr(err)
 			}
 			putBuf(buf)
