@@ -68,6 +68,7 @@ insecure (default), sync (always). async is refused.`,
 				return err
 			}
 			defer c.Close()
+			c.ExportMetrics() // its block cache and metadata calls, beside the gateway's own
 			if pollNext < 0 {
 				return &exitError{2, fmt.Errorf("nfs: --poll-next %v: want 0 (off) or a positive duration such as 200us", pollNext)}
 			}

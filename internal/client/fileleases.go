@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,21 @@ type fileLeaseTable struct {
 	foreign   map[uint64]uint64
 	floor     uint64
 	renewSent time.Time // when the last answered watch request was sent
+	// Leases given back (OpFileLeaseRelease): those evicted to stay
+	// under the leader's bound, those granted but not taken, and those
+	// a broken watch ended. evicted waits to be sent; giving holds, per
+	// file, when its last release came back (zero while one is on its
+	// way). No grant of such a file is taken that was asked for before
+	// then: the leader may have applied the release after the grant.
+	evicted []uint64
+	giving  map[uint64]givenBack
+}
+
+// givenBack is where a file's lease stands in being given back: queued
+// in evicted, on its way (done zero), or given back at done.
+type givenBack struct {
+	queued bool
+	done   time.Time
 }
 
 type fileLease struct {
@@ -49,7 +65,7 @@ type fileLease struct {
 }
 
 func newFileLeaseTable() *fileLeaseTable {
-	return &fileLeaseTable{held: map[uint64]fileLease{}, foreign: map[uint64]uint64{}}
+	return &fileLeaseTable{held: map[uint64]fileLease{}, foreign: map[uint64]uint64{}, giving: map[uint64]givenBack{}}
 }
 
 // install takes a lease on ino granted as of index from (the inode then
@@ -58,14 +74,97 @@ func newFileLeaseTable() *fileLeaseTable {
 func (t *fileLeaseTable) install(ino, from, version uint64, sent time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if from < t.floor || t.foreign[ino] > from {
+	g, giving := t.giving[ino]
+	if from < t.floor || t.foreign[ino] > from || giving && (g.done.IsZero() || sent.Before(g.done)) {
+		// The leader counts the lease all the same: it goes back, or
+		// the session would reach the leader's bound before its table.
+		delete(t.held, ino)
+		t.giveBackLocked(ino)
 		return false
 	}
-	if len(t.held) >= proto.MaxFileLeases {
-		clear(t.held)
-	}
 	t.held[ino] = fileLease{sent: sent, from: from, version: version}
+	// Near the leader's bound, past which it grants no more, the older
+	// half goes back (with room for leases the leader holds and this
+	// table does not: given back, but not yet forgotten).
+	if len(t.held) >= proto.MaxFileLeases-fileLeaseSlack {
+		t.evictOlderHalfLocked()
+	}
 	return true
+}
+
+// fileLeaseSlack is how far below the leader's bound the table gives
+// back its older half.
+const fileLeaseSlack = 1024
+
+// giveBackLocked queues ino's lease to be given back.
+func (t *fileLeaseTable) giveBackLocked(ino uint64) {
+	if t.giving[ino].queued {
+		return
+	}
+	t.evicted = append(t.evicted, ino)
+	t.giving[ino] = givenBack{queued: true}
+}
+
+// evictOlderHalfLocked stops trusting the older half of the leases held
+// (by when they were asked for) and queues them to be given back.
+func (t *fileLeaseTable) evictOlderHalfLocked() {
+	sent := make([]time.Time, 0, len(t.held))
+	for _, l := range t.held {
+		sent = append(sent, l.sent)
+	}
+	slices.SortFunc(sent, time.Time.Compare)
+	median, half := sent[len(sent)/2], len(sent)/2
+	gone := 0
+	for ino, l := range t.held {
+		if l.sent.Before(median) {
+			delete(t.held, ino)
+			t.giveBackLocked(ino)
+			gone++
+		}
+	}
+	for ino, l := range t.held { // ties with the median, up to half
+		if gone >= half {
+			break
+		}
+		if l.sent.Equal(median) {
+			delete(t.held, ino)
+			t.giveBackLocked(ino)
+			gone++
+		}
+	}
+}
+
+// takeEvicted returns the leases to give back; releaseDone records when
+// their release came back.
+func (t *fileLeaseTable) takeEvicted() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	files := t.evicted
+	t.evicted = nil
+	for _, ino := range files {
+		t.giving[ino] = givenBack{} // on its way
+	}
+	return files
+}
+
+// releaseDone records that the release of files came back (or failed: a
+// leader that did not apply it has no lease of this client's to drop,
+// since a new leader starts with none) at now. A release older than a
+// lease's life no longer matters: a grant asked for before it would be
+// trusted no more.
+func (t *fileLeaseTable) releaseDone(files []uint64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ino, g := range t.giving {
+		if !g.done.IsZero() && now.Sub(g.done) > fileLeaseLife {
+			delete(t.giving, ino)
+		}
+	}
+	for _, ino := range files {
+		if g, ok := t.giving[ino]; ok && !g.queued && g.done.IsZero() {
+			t.giving[ino] = givenBack{done: now}
+		}
+	}
 }
 
 // valid reports whether this client holds a live lease on ino, and the
@@ -112,6 +211,9 @@ func (t *fileLeaseTable) renewed(sent time.Time) {
 func (t *fileLeaseTable) clear(floor uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for ino := range t.held { // the leader may hold them a while yet
+		t.giveBackLocked(ino)
+	}
 	clear(t.held)
 	clear(t.foreign)
 	t.floor, t.renewSent = floor, time.Time{}
@@ -169,9 +271,30 @@ func (c *Client) OpenAttr(ino uint64) (n *proto.Inode, asked bool, err error) {
 	c.ns.putInode(n, wm)
 	if reply.Granted {
 		c.fileLeases.install(ino, reply.Index, n.Version, sent)
+		c.giveBackFileLeases()
 	}
 	c.overlay(n)
 	return n, true, nil
+}
+
+// giveBackFileLeases sends the leader the leases this client stopped
+// trusting to make room for new ones, in the background.
+func (c *Client) giveBackFileLeases() {
+	files := c.fileLeases.takeEvicted()
+	if files == nil {
+		return
+	}
+	all := files
+	c.inBackground(func() {
+		for len(files) > 0 {
+			r := proto.FileLeaseRelease{Session: c.session, Files: files[:min(len(files), proto.MaxFileLeaseRelease)]}
+			if err := c.metaCall(proto.OpFileLeaseRelease, r.Encode, nil); err != nil {
+				c.cfg.Logf("client: giving back %d file leases: %v", len(r.Files), err)
+			}
+			files = files[len(r.Files):]
+		}
+		c.fileLeases.releaseDone(all, time.Now())
+	})
 }
 
 // FileLeases is the number of file leases this client holds.

@@ -296,6 +296,7 @@ func (c *Client) missed(dir uint64) {
 func (c *Client) endLeases(floor uint64) {
 	c.leases.clear()
 	c.fileLeases.clear(floor)
+	c.giveBackFileLeases()
 	c.blocks.dropAll()
 	c.invalidator().ForgetAllAbsent()
 }

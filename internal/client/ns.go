@@ -98,6 +98,7 @@ func (c *Client) entryCall(op uint16, parent uint64, name string, enc func(*wire
 	}
 	if flags&proto.LeaseNewFile != 0 {
 		c.fileLeases.install(r.Inode.Ino, r.Inode.Version, r.Inode.Version, sent)
+		c.giveBackFileLeases()
 	}
 	return &r.Inode, nil
 }

@@ -143,6 +143,16 @@ func (s *Service) fileLease(r *proto.InoReq, out *wire.Enc) error {
 	return nil
 }
 
+// release ends session's leases on files, which it gave back
+// (proto.FileLeaseRelease).
+func (l *fileLeases) release(session uint64, files []uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range files {
+		l.set.remove(f, session)
+	}
+}
+
 // drop ends session's lease on file (a grant that could not be completed).
 func (l *fileLeases) drop(file, session uint64) {
 	l.mu.Lock()

@@ -86,6 +86,14 @@ func TestASessionHoldsABoundedNumberOfFileLeases(t *testing.T) {
 	if !l.grant(100, 1, now) || !l.grant(1, 2, now) {
 		t.Fatal("renewing a held lease, or another session's first, was refused")
 	}
+	// Leases the session gives back make room for as many new ones.
+	l.release(1, []uint64{100, 101, 7}) // 7: never held
+	if !l.grant(1, 1, now) || !l.grant(2, 1, now) || l.grant(3, 1, now) {
+		t.Fatal("after two leases given back: not exactly two new ones granted")
+	}
+	if leases, _ := l.counts(now); leases != proto.MaxFileLeases+1 {
+		t.Fatalf("%d leases live, want the session's %d and the other's one", leases, proto.MaxFileLeases)
+	}
 }
 
 func TestANewLeaderWaitsOutItsPredecessorsFileLeases(t *testing.T) {

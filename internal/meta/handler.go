@@ -83,6 +83,9 @@ func (s *Service) handle(op uint16, d *wire.Dec, out *wire.Enc) error {
 	case proto.OpFileLease:
 		var r proto.InoReq
 		return read(d, &r, func() error { return s.fileLease(&r, out) })
+	case proto.OpFileLeaseRelease:
+		var r proto.FileLeaseRelease
+		return read(d, &r, func() error { s.files.release(r.Session, r.Files); return nil })
 	case proto.OpReadDir:
 		var r proto.ReadDirReq
 		return read(d, &r, func() error { return s.readDir(&r, out) })

@@ -105,8 +105,28 @@ const FileLeaseLifeMs = 60_000
 // for in a watch request.
 const FileLeaseWatchMs = 250
 
-// MaxFileLeases bounds the file leases one session holds.
+// MaxFileLeases bounds the file leases one session holds. A client that
+// reaches it stops trusting its oldest leases and gives them back
+// (OpFileLeaseRelease), so that the leader grants it new ones: a client
+// that made more files than this in a minute (every create brings a
+// lease) would otherwise get none until the old ones ran out.
 const MaxFileLeases = 1 << 16
+
+// MaxFileLeaseRelease bounds the files of one OpFileLeaseRelease.
+const MaxFileLeaseRelease = 1 << 16
+
+// FileLeaseRelease gives back Session's leases on Files, which it trusts
+// no more.
+type FileLeaseRelease struct {
+	Session uint64
+	Files   []uint64
+}
+
+func (r *FileLeaseRelease) Encode(e *wire.Enc) { e.U64(r.Session); e.U64s(r.Files) }
+func (r *FileLeaseRelease) Decode(d *wire.Dec) {
+	r.Session = d.U64()
+	r.Files = d.U64s(MaxFileLeaseRelease)
+}
 
 // FileLeaseReply answers OpFileLease (an InoReq with the caller's
 // session): the inode, whether a lease on it was granted, and the change

@@ -52,6 +52,7 @@ const (
 	// OpTargetRecovered ends a target's failure that its storage server
 	// recovered from without a restart (storage/lostchunks.go).
 	OpTargetRecovered
+	OpFileLeaseRelease // a client gives back file leases it no longer trusts (lease.go)
 )
 
 // Creds are the caller's identity, for permission checks and ownership.

@@ -44,6 +44,7 @@ var opNames = map[uint16]string{
 	OpConvertBegin:     "convert_begin",
 	OpConvertCommit:    "convert_commit",
 	OpTargetRecovered:  "target_recovered",
+	OpFileLeaseRelease: "file_lease_release",
 
 	OpChunkWrite:    "chunk_write",
 	OpChunkRead:     "chunk_read",
