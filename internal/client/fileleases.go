@@ -49,6 +49,7 @@ type fileLeaseTable struct {
 	// then: the leader may have applied the release after the grant.
 	evicted []uint64
 	giving  map[uint64]givenBack
+	pruned  time.Time // when giving was last rid of releases that no longer matter
 }
 
 // givenBack is where a file's lease stands in being given back: queued
@@ -155,9 +156,12 @@ func (t *fileLeaseTable) takeEvicted() []uint64 {
 func (t *fileLeaseTable) releaseDone(files []uint64, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for ino, g := range t.giving {
-		if !g.done.IsZero() && now.Sub(g.done) > fileLeaseLife {
-			delete(t.giving, ino)
+	if now.Sub(t.pruned) > time.Second {
+		t.pruned = now
+		for ino, g := range t.giving {
+			if !g.done.IsZero() && now.Sub(g.done) > fileLeaseLife {
+				delete(t.giving, ino)
+			}
 		}
 	}
 	for _, ino := range files {
