@@ -298,6 +298,21 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 	r.wantOnDisk(want)
 }
 
+// failHoldingADirtyChunk writes chunk 1 of chain 1 (bytes of 3) and lets
+// it be destaged, so that it is clean on the disk; then, with destaging
+// held (until the returned release), writes chunk 0 (bytes of 4), dirty
+// on the cache device only, and makes that device fail every call.
+func (r *rig) failHoldingADirtyChunk() (release func()) {
+	r.write(1, 1, 0, bytes.Repeat([]byte{3}, 64<<10))
+	r.sync(1, 1)
+	r.waitDestaged()
+	release = r.holdDestages()
+	r.write(1, 0, 0, bytes.Repeat([]byte{4}, 64<<10))
+	r.sync(1, 0)
+	r.fast.Inject(storage.Fault{Ops: storage.OpAll, Err: syscall.EIO})
+	return release
+}
+
 // The cache device failing while it holds dirty chunks: the disk's older
 // bytes are never served (every call fails with EIO, so the server
 // reports the target failed), and at the next start, with a new (empty)
@@ -306,13 +321,7 @@ func TestEvictionNeverDropsDirtyCopies(t *testing.T) {
 // target's need for its cache after the resync.
 func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 	r := newWBRig(t, 256<<20)
-	r.write(1, 1, 0, bytes.Repeat([]byte{3}, 64<<10)) // destaged: clean
-	r.sync(1, 1)
-	r.waitDestaged()
-	release := r.holdDestages()
-	r.write(1, 0, 0, bytes.Repeat([]byte{4}, 64<<10))
-	r.sync(1, 0)
-	r.fast.Inject(storage.Fault{Ops: storage.OpAll, Err: syscall.EIO})
+	release := r.failHoldingADirtyChunk()
 	b := make([]byte, 64<<10)
 	if _, err := r.tg.Read(1, 0, b, 0); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("reading a dirty chunk with the cache device failing: %v; want EIO", err)
@@ -368,15 +377,9 @@ func TestACacheDeviceFailingWithDirtyChunksTakesTheTargetOut(t *testing.T) {
 // back, even when the device returns with its markers.
 func TestACacheDeviceLostWithDirtyChunksIsRecoveredInPlace(t *testing.T) {
 	r := newWBRig(t, 256<<20)
-	clean := bytes.Repeat([]byte{3}, 64<<10)
-	r.write(1, 1, 0, clean)
-	r.sync(1, 1)
-	r.waitDestaged()
-	release := r.holdDestages()
+	release := r.failHoldingADirtyChunk()
 	defer release()
-	r.write(1, 0, 0, bytes.Repeat([]byte{4}, 64<<10))
-	r.sync(1, 0)
-	r.fast.Inject(storage.Fault{Ops: storage.OpAll, Err: syscall.EIO})
+	clean := bytes.Repeat([]byte{3}, 64<<10)
 	b := make([]byte, 64<<10)
 	if _, err := r.tg.Read(1, 1, b, 0); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("reading a clean chunk before the recovery: %v; want EIO", err)
