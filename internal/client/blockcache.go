@@ -38,7 +38,8 @@ import (
 //
 // Large reads and writes (streaming I/O) bypass it: filling fresh memory
 // costs more than they would gain, and they would push out the blocks
-// small readers come back to.
+// small readers come back to. (Writes of any size go in with
+// Config.CacheWrites: an NFS gateway has no page cache in front of it.)
 
 // cacheBlock is the cache's unit, the page size O_DIRECT I/O is aligned to.
 const cacheBlock = 4096
