@@ -84,8 +84,14 @@ type Options struct {
 	// its exports (default DefaultNFSExport), for a new gateway.
 	NFS        bool
 	NFSExports []string
-	Progress   io.Writer // where to report progress (may be nil)
-	Timeout    time.Duration
+	// DieWithCaller ends every process with the process that started it
+	// (Linux's parent-death signal), for tests: a test binary killed by
+	// go test's -timeout runs no cleanup, and its cluster would otherwise
+	// go on running. `tandem up` leaves it off, so a cluster outlives the
+	// shell that started it.
+	DieWithCaller bool
+	Progress      io.Writer // where to report progress (may be nil)
+	Timeout       time.Duration
 }
 
 // cacheArgs are the storage flags that give server s's targets their
@@ -548,6 +554,9 @@ func (o *Options) start(name string, args []string, env []string) (bool, error) 
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if o.DieWithCaller {
+		cmd.SysProcAttr.Pdeathsig = deathSignal(name)
+	}
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
@@ -568,6 +577,17 @@ func (o *Options) start(name string, args []string, env []string) (bool, error) 
 		}
 	}()
 	return true, nil
+}
+
+// deathSignal is the signal process name gets when its caller dies
+// (Options.DieWithCaller): the mount is asked to end, so that it unmounts
+// itself instead of leaving a dead mount point; servers are killed, which
+// also ends one a test has stopped with SIGSTOP.
+func deathSignal(name string) syscall.Signal {
+	if name == "mount" {
+		return syscall.SIGTERM
+	}
+	return syscall.SIGKILL
 }
 
 // serviceEnv gives each of a one-machine cluster's storage servers, and

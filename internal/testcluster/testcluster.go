@@ -165,6 +165,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	c := &Cluster{t: t, Opts: cluster.Options{
 		Dir: filepath.Join(dir, "data"), Mount: filepath.Join(dir, "mnt"),
 		Servers: 2, TargetsPerServer: 2, Binary: Binary(t),
+		// A test that hits go test's -timeout dies without its
+		// cleanups; its cluster must not outlive it.
+		DieWithCaller: true,
 	}}
 	// Cleanups run last-registered first: stop the cluster, then undo
 	// what options set up (e.g. a tmpfs under a target), then delete.
