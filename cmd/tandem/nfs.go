@@ -63,7 +63,7 @@ insecure (default), sync (always). async is refused.`,
 			// The gateway is its clients' server: what they wrote is
 			// read back from its memory, as from a server's page cache.
 			c, err := client.New(client.Config{MetaAddr: metaAddr, Secret: secret, Logf: logger.Printf, GiveUp: giveUpSetting(giveUp),
-				BlockCacheBytes: cacheBytes, CacheWrites: true})
+				BlockCacheBytes: cacheBytes, CacheWrites: true, PrefaultBlockCache: true})
 			if err != nil {
 				return err
 			}
@@ -119,7 +119,7 @@ insecure (default), sync (always). async is refused.`,
 	f.StringVar(&headAddr, "head-addr", "", "how an administrator reaches this head, for tandem status (default: the host name)")
 	f.DurationVar(&pollNext, "poll-next", 200*time.Microsecond,
 		"after a reply, poll for the next request this long before letting the CPU idle (lower latency for clients that call in a row, at the cost of that CPU time); 0 turns it off")
-	f.StringVar(&memCacheSize, "mem-cache-size", "512M", "memory for the block cache, which keeps what clients write and read back (as a server's page cache does); 0 turns it off")
+	f.StringVar(&memCacheSize, "mem-cache-size", "512M", "memory for the block cache, which keeps what clients write and read back (as a server's page cache does), taken at start; 0 turns it off")
 	f.DurationVar(&giveUp, "give-up", 0, "how long a request waits for an unreachable service before failing with EIO; 0 waits forever (clients of a hard mount retry anyway)")
 	cmd.MarkFlagRequired("secret-file")
 	addPprofFlag(cmd)

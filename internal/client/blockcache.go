@@ -203,8 +203,8 @@ func (bc *blockCache) slotLocked() (int32, bool) {
 		return i, true
 	}
 	if len(bc.slots) < bc.max {
-		if len(bc.slots)%slabBlocks == 0 {
-			bc.slabs.grow(bc)
+		if len(bc.slots) >= len(bc.slabs.mem)*slabBlocks {
+			bc.slabs.grow(bc) // unless prefault mapped it already
 		}
 		bc.slots = append(bc.slots, cacheSlot{})
 		return int32(len(bc.slots) - 1), true

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -232,5 +233,41 @@ func TestACacheNoLongerReachableGivesItsSlabsBack(t *testing.T) {
 	}
 	if mapped(slab) {
 		t.Fatalf("the slab at %p is still mapped after its cache was collected", slab)
+	}
+}
+
+func TestPrefaultBacksEverySlabWithMemoryAndKeepsWhatTheCacheHolds(t *testing.T) {
+	const slabs = 4
+	bc := newBlockCache(slabs * slabBytes)
+	bc.insert(7, 0, blocksOf('k', 3), bc.begin()) // in use before the prefault
+	bc.prefault()
+	if n := len(bc.slabs.mem); n != slabs {
+		t.Fatalf("prefault mapped %d slabs, want %d (the cache's size)", n, slabs)
+	}
+	for i, mem := range bc.slabs.mem {
+		vec := make([]byte, slabBytes/os.Getpagesize())
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatalf("mincore: %v", errno)
+		}
+		for p, v := range vec {
+			if v&1 == 0 {
+				t.Fatalf("page %d of slab %d is not in memory after prefault", p, i)
+			}
+		}
+	}
+	got := make([]byte, 3*cacheBlock)
+	if !bc.read(7, 0, got) || !bytes.Equal(got, blocksOf('k', 3)) {
+		t.Fatalf("blocks held before the prefault read back %q", got[:4])
+	}
+	// Filling the cache uses the slabs prefault mapped, and maps no more.
+	for b := uint64(3); b < slabs*slabBlocks; b++ {
+		bc.insert(7, b*cacheBlock, blocksOf(byte(b), 1), bc.begin())
+	}
+	if n := len(bc.slabs.mem); n != slabs {
+		t.Fatalf("a full cache has %d slabs, want %d", n, slabs)
+	}
+	last := uint64(slabs*slabBlocks - 1)
+	if !bc.read(7, last*cacheBlock, got[:cacheBlock]) || !bytes.Equal(got[:cacheBlock], blocksOf(byte(last), 1)) {
+		t.Fatal("the cache's last block did not read back")
 	}
 }

@@ -52,7 +52,12 @@ type Config struct {
 	// gateway, whose clients read back what they (or others) wrote there.
 	// A FUSE mount leaves that to the kernel's page cache.
 	CacheWrites bool
-	Logf        func(format string, args ...any)
+	// PrefaultBlockCache maps the whole block cache and has the kernel
+	// back it with memory at start, in the background, instead of as
+	// blocks first come in: an NFS gateway head, standby or newly
+	// active, then serves its first gigabyte as fast as the next.
+	PrefaultBlockCache bool
+	Logf               func(format string, args ...any)
 }
 
 // Client is a connection to one TandemFS cluster. It is safe for
@@ -161,6 +166,9 @@ func New(cfg Config) (*Client, error) {
 	c.wg.Add(2)
 	go c.background()
 	go c.watchLoop()
+	if cfg.PrefaultBlockCache && c.blocks.enabled() {
+		go c.blocks.prefault()
+	}
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -80,4 +81,32 @@ func (s *slabs) block(i int32) []byte {
 	m := s.mem[int(i)/slabBlocks]
 	o := int(i) % slabBlocks * cacheBlock
 	return m[o : o+cacheBlock : o+cacheBlock]
+}
+
+// prefault maps every slab the cache can use and has the kernel back each
+// with memory now (MADV_POPULATE_WRITE, which leaves the bytes as they
+// are, so a slab the cache has begun to use meanwhile is safe): the first
+// touch of memory is the dear part of filling the cache (see above), and
+// it is then paid at start rather than by the first clients. Kernels
+// before 5.14 lack the advice; the cache then fills as before.
+func (bc *blockCache) prefault() {
+	for n := 0; ; n++ {
+		bc.mu.Lock()
+		if n*slabBlocks >= bc.max {
+			bc.mu.Unlock()
+			return
+		}
+		if n >= len(bc.slabs.mem) {
+			bc.slabs.grow(bc)
+		}
+		mem := bc.slabs.mem[n]
+		bc.mu.Unlock()
+		start := time.Now()
+		if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil {
+			return
+		}
+		// Half a core at most: a head restarted after a failure
+		// shares its host with the one serving.
+		time.Sleep(time.Since(start))
+	}
 }
