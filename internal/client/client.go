@@ -167,7 +167,12 @@ func New(cfg Config) (*Client, error) {
 	go c.background()
 	go c.watchLoop()
 	if cfg.PrefaultBlockCache && c.blocks.enabled() {
-		go c.blocks.prefault()
+		go func() {
+			start := time.Now()
+			if c.blocks.prefault() {
+				c.cfg.Logf("client: block cache of %d MiB in memory after %.1f s", cfg.BlockCacheBytes>>20, time.Since(start).Seconds())
+			}
+		}()
 	}
 	return c, nil
 }

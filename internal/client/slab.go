@@ -88,13 +88,14 @@ func (s *slabs) block(i int32) []byte {
 // are, so a slab the cache has begun to use meanwhile is safe): the first
 // touch of memory is the dear part of filling the cache (see above), and
 // it is then paid at start rather than by the first clients. Kernels
-// before 5.14 lack the advice; the cache then fills as before.
-func (bc *blockCache) prefault() {
+// before 5.14 lack the advice; the cache then fills as before, and
+// prefault reports false.
+func (bc *blockCache) prefault() bool {
 	for n := 0; ; n++ {
 		bc.mu.Lock()
 		if n*slabBlocks >= bc.max {
 			bc.mu.Unlock()
-			return
+			return true
 		}
 		if n >= len(bc.slabs.mem) {
 			bc.slabs.grow(bc)
@@ -103,7 +104,7 @@ func (bc *blockCache) prefault() {
 		bc.mu.Unlock()
 		start := time.Now()
 		if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil {
-			return
+			return false
 		}
 		// Half a core at most: a head restarted after a failure
 		// shares its host with the one serving.

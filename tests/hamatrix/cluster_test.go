@@ -1,6 +1,7 @@
 package hamatrix
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -490,6 +491,19 @@ func (c *cluster) dumpGoroutines() {
 			p.Signal(syscall.SIGQUIT)
 			p.Wait(5 * time.Second)
 			c.t.Logf("goroutines of the storage server on %s dumped into %s", h, c.logPath("storage", h))
+		}
+	}
+}
+
+// waitLog waits until a service's log says what.
+func (c *cluster) waitLog(role, host, what string, timeout time.Duration) {
+	c.t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
+		if data, _ := os.ReadFile(c.logPath(role, host)); bytes.Contains(data, []byte(what)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s on %s did not log %q within %v; its log:\n%s", role, host, what, timeout, c.log(role, host))
 		}
 	}
 }

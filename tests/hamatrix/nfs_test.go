@@ -191,6 +191,12 @@ func TestNFSMatrix(t *testing.T) {
 		}
 		return time.Since(start), err
 	}
+	// The copy without failures is the yardstick of the stalls: it
+	// runs once the heads have taken their block caches' memory, which
+	// they do as they start (at most half a core each, shared here).
+	for _, h := range []string{"gw1", "gw2"} {
+		c.waitLog("nfs", h, "block cache of", upTimeout)
+	}
 	gen(filepath.Join(work, "base"))
 	baseline, err := copyOnce(filepath.Join(work, "base"), nfsURL("base"))
 	if err != nil {
