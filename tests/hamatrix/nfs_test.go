@@ -117,7 +117,20 @@ type nfsScenario struct {
 	// fail injects the failure on the active head's host (or under it)
 	// and returns how to heal it.
 	fail func(c *cluster, active string) (heal func())
+	// fullOnly, if set, says why the row runs only in the full matrix
+	// (HA_MATRIX=full).
+	fullOnly string
 }
+
+// libnfsReconnectBug is why the public-link row is not in CI's short form.
+// A head whose public link goes down leaves its clients' replies cut in
+// the middle. libnfs 4.0.0 (Debian 12's) keeps the half-read reply's
+// state when it reconnects, reads the new connection's bytes as the rest
+// of it, and from then on takes a size out of the middle of a reply as a
+// record marker: it closes every new connection at its first reply, for
+// ever (the head logs "broken pipe" for each). The fix, "Reset state on
+// reconnect" (sahlberg/libnfs a38a321), came in libnfs 5.0.3.
+const libnfsReconnectBug = "libnfs 4.0.0 loops reconnecting after a connection cut in the middle of a reply (fixed in libnfs 5.0.3); HA_MATRIX=full runs it"
 
 var nfsScenarios = []nfsScenario{
 	{"head_crash", "active head killed (kill -9)", true, func(c *cluster, active string) func() {
@@ -125,7 +138,7 @@ var nfsScenarios = []nfsScenario{
 			c.t.Fatal(err)
 		}
 		return func() { c.restartHead(active) }
-	}},
+	}, ""},
 	{"head_hang", "active head hangs (SIGSTOP for " + hold.String() + ", then SIGCONT)", true, func(c *cluster, active string) func() {
 		if err := c.proc("nfs", active).Stop(); err != nil {
 			c.t.Fatal(err)
@@ -135,7 +148,7 @@ var nfsScenarios = []nfsScenario{
 			c.proc("nfs", active).Cont() // if the fence has not killed it
 			c.restartHead(active)
 		}
-	}},
+	}, ""},
 	{"head_public_link_down", "active head's public link down for " + hold.String(), true, func(c *cluster, active string) func() {
 		if err := c.host(active).LinkDown(netlab.Public); err != nil {
 			c.t.Fatal(err)
@@ -145,7 +158,7 @@ var nfsScenarios = []nfsScenario{
 			c.host(active).LinkUp(netlab.Public)
 			c.restartHead(active)
 		}
-	}},
+	}, libnfsReconnectBug},
 	{"head_private_link_down", "active head's private link down for " + hold.String(), false, func(c *cluster, active string) func() {
 		if err := c.host(active).LinkDown(netlab.Private); err != nil {
 			c.t.Fatal(err)
@@ -154,13 +167,13 @@ var nfsScenarios = []nfsScenario{
 			time.Sleep(hold)
 			c.host(active).LinkUp(netlab.Private)
 		}
-	}},
+	}, ""},
 	{"storage_crash", "a storage server under the active head crashes (kill -9 of srv1's storage)", false, func(c *cluster, active string) func() {
 		if err := c.proc("storage", "srv1").Kill9(); err != nil {
 			c.t.Fatal(err)
 		}
 		return func() { c.startStorage("srv1") }
-	}},
+	}, ""},
 }
 
 // TestNFSMatrix runs every NFS row in one lab. Each row writes a stream
@@ -206,6 +219,9 @@ func TestNFSMatrix(t *testing.T) {
 
 	for i, sc := range nfsScenarios {
 		t.Run(fmt.Sprintf("%d_%s", i+1, sc.id), func(t *testing.T) {
+			if sc.fullOnly != "" && os.Getenv("HA_MATRIX") != "full" {
+				t.Skip("not in the short form: " + sc.fullOnly)
+			}
 			c.t = t
 			before := c.waitFor("an active head", upTimeout, func(st *status) bool { return st.NFS != nil && st.NFS.Active != "" })
 			active := before.NFS.Active
