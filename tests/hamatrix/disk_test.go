@@ -39,7 +39,7 @@ type diskBench struct {
 // wanted reports whether this run measures the disk: the full matrix and
 // any run that writes a report do; the short form CI runs does not.
 func (b *diskBench) wanted() bool {
-	return os.Getenv("HA_MATRIX") == "full" || os.Getenv("HA_MATRIX_REPORT") != ""
+	return fullMatrix() || os.Getenv("HA_MATRIX_REPORT") != ""
 }
 
 // measure writes diskProbeSize bytes to $TMPDIR twice (O_DIRECT and

@@ -51,7 +51,7 @@ func startNFSCluster(t *testing.T, prefix string) *cluster {
 	c := newCluster(t, prefix, nfsTopology)
 	c.writeHeadFenceConfig()
 	c.startServers(nil)
-	for _, h := range []string{"gw1", "gw2"} {
+	for _, h := range nfsHeads {
 		c.startHead(h)
 	}
 	c.waitFor("a head serving "+nfsService, upTimeout, func(st *status) bool { return st.NFS != nil && st.NFS.Active != "" })
@@ -75,7 +75,7 @@ func (c *cluster) headPidFile(h string) string { return filepath.Join(c.dir, h+"
 func (c *cluster) writeHeadFenceConfig() {
 	kill := filepath.Join(repoRoot(c.t), "scripts", "fence", "fence_tandem_kill")
 	servers := map[string]any{}
-	for _, h := range []string{"gw1", "gw2"} {
+	for _, h := range nfsHeads {
 		servers[h] = []any{map[string]any{"name": "pdu", "command": kill, "options": map[string]string{"pidfile": c.headPidFile(h)}}}
 	}
 	data, err := json.MarshalIndent(map[string]any{"timeout": "10s", "servers": servers}, "", "  ")
@@ -102,6 +102,9 @@ func (c *cluster) holdsService(h string) bool {
 	ip, _, _ := strings.Cut(nfsService, ":")
 	return strings.Contains(string(out), " "+ip+"/")
 }
+
+// nfsHeads are the hosts of the gateway's heads.
+var nfsHeads = []string{"gw1", "gw2"}
 
 func nfsURL(path string) string {
 	host, port, _ := strings.Cut(nfsService, ":")
@@ -207,7 +210,7 @@ func TestNFSMatrix(t *testing.T) {
 	// The copy without failures is the yardstick of the stalls: it
 	// runs once the heads have taken their block caches' memory, which
 	// they do as they start (at most half a core each, shared here).
-	for _, h := range []string{"gw1", "gw2"} {
+	for _, h := range nfsHeads {
 		c.waitLog("nfs", h, "block cache of", upTimeout)
 	}
 	gen(filepath.Join(work, "base"))
@@ -219,7 +222,7 @@ func TestNFSMatrix(t *testing.T) {
 
 	for i, sc := range nfsScenarios {
 		t.Run(fmt.Sprintf("%d_%s", i+1, sc.id), func(t *testing.T) {
-			if sc.fullOnly != "" && os.Getenv("HA_MATRIX") != "full" {
+			if sc.fullOnly != "" && !fullMatrix() {
 				t.Skip("not in the short form: " + sc.fullOnly)
 			}
 			c.t = t
@@ -271,7 +274,7 @@ func TestNFSMatrix(t *testing.T) {
 			if !sc.moves && after.NFS.Active != active {
 				t.Errorf("the address moved from %s to %s, which it must not for this failure", active, after.NFS.Active)
 			}
-			for _, h := range []string{"gw1", "gw2"} {
+			for _, h := range nfsHeads {
 				if h != after.NFS.Active && c.holdsService(h) {
 					t.Errorf("%s, not the active head, still has the service address", h)
 				}

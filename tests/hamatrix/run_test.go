@@ -29,9 +29,12 @@ const (
 	fenceTimeout    = 30 * time.Second        // for the fence outcome in status
 )
 
+// fullMatrix reports whether HA_MATRIX asks for the full matrix.
+func fullMatrix() bool { return os.Getenv("HA_MATRIX") == "full" }
+
 // sizes of the load: the short form keeps `go test ./...` quick.
 func sizes() loadSize {
-	if os.Getenv("HA_MATRIX") == "full" {
+	if fullMatrix() {
 		return loadSize{write: "256m", read: "256m"}
 	}
 	return loadSize{write: "64m", read: "64m"}
